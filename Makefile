@@ -1,0 +1,42 @@
+# trace-rl: every target installs what it needs into .venv (idempotent: a stamp file tracks the inputs).
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+EXTRAS ?= ml,dev
+# Packages checked with mypy --strict (pure, dependency-light code).
+MYPY_STRICT := src/trace_rl/types.py src/trace_rl/allocation
+
+.PHONY: install demo test lint typecheck contracts bench clean
+
+$(STAMP): pyproject.toml constraints.txt Makefile
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found (trace-rl needs Python 3.11)"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/trace-rl allocate --probs 0.99,0.9,0.5,0.5,0.15,0.02 --budget 16
+
+lint: install
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck: install
+	$(BIN)/mypy --strict $(MYPY_STRICT)
+	$(BIN)/mypy src/trace_rl
+
+contracts: install
+	$(BIN)/lint-imports
+
+test: lint typecheck contracts
+	$(BIN)/python -m pytest -q
+
+bench: install
+	$(BIN)/python benchmarks/allocation.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

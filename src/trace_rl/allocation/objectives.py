@@ -1,0 +1,101 @@
+"""TRACE's two allocation objectives: P(mixed group) at a prompt and P(at least one flip) at a prefix.
+
+Both are pure numpy functions that broadcast over their arguments. Source: Zou et al. 2026, "TRACE: A Unified
+Rollout Budget Allocation Framework for Efficient Agentic Reinforcement Learning" (arXiv 2606.11119), the
+root-allocation objective and the prefix-expansion objective (see docs/paper_index.md).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+def _as_probability(x: npt.ArrayLike, name: str) -> FloatArray:
+    arr = np.asarray(x, dtype=np.float64)
+    if np.isnan(arr).any():
+        raise ValueError(f"{name} contains NaN; every {name} must be a probability in [0, 1]")
+    if ((arr < 0.0) | (arr > 1.0)).any():
+        bad = arr[(arr < 0.0) | (arr > 1.0)].ravel()[0]
+        raise ValueError(f"{name} must lie in [0, 1]; got {bad!r}")
+    return arr
+
+
+def _as_count(x: npt.ArrayLike, name: str) -> IntArray:
+    arr = np.asarray(x)
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+            raise ValueError(f"{name} must be whole numbers of rollouts; got {arr.ravel()[:5]!r}")
+    elif arr.dtype.kind not in "iu":
+        raise ValueError(f"{name} must be integer counts; got dtype {arr.dtype}")
+    out = arr.astype(np.int64)
+    if (out < 0).any():
+        raise ValueError(f"{name} must be non-negative; got {int(out.min())}")
+    return out
+
+
+def mixed_probability(v: npt.ArrayLike, m: npt.ArrayLike) -> FloatArray:
+    """Probability that ``m`` independent rollouts of a prompt hold both a success and a failure.
+
+    Equation (TRACE, root allocation):  P_mix(v, m) = 1 - v**m - (1 - v)**m  for m >= 2, and 0 for m < 2
+    (a group of zero or one rollout can never be mixed; the formula would give -1 at m = 0).
+
+    Args:
+        v: success probability of one rollout, any shape, values in [0, 1].
+        m: number of rollouts, non-negative integers, broadcastable against ``v``.
+
+    Returns:
+        float64 array of the broadcast shape, values in [0, 1).
+
+    Raises:
+        ValueError: ``v`` has NaN or values outside [0, 1]; ``m`` is negative or not whole.
+    """
+    vv = _as_probability(v, "v")
+    mm = _as_count(m, "m")
+    out = 1.0 - np.power(vv, mm) - np.power(1.0 - vv, mm)
+    return np.where(mm >= 2, np.maximum(out, 0.0), 0.0)
+
+
+def flip_probability(q: npt.ArrayLike, k: npt.ArrayLike) -> FloatArray:
+    """Probability that at least one of ``k`` replays from a prefix ends differently from the original rollout.
+
+    Equation (TRACE, prefix expansion):  P_flip(q, k) = 1 - q**k, where q = r V + (1 - r)(1 - V) is the chance a
+    fresh continuation repeats the original ending r (V: predicted success of the prefix).
+
+    Args:
+        q: repeat probability, any shape, values in [0, 1].
+        k: number of replays, non-negative integers, broadcastable against ``q``.
+
+    Returns:
+        float64 array of the broadcast shape, values in [0, 1]; 0 where k == 0.
+
+    Raises:
+        ValueError: ``q`` has NaN or values outside [0, 1]; ``k`` is negative or not whole.
+    """
+    qq = _as_probability(q, "q")
+    kk = _as_count(k, "k")
+    return 1.0 - np.power(qq, kk)
+
+
+def repeat_probability(reward: npt.ArrayLike, value: npt.ArrayLike) -> FloatArray:
+    """Chance that a fresh continuation from a prefix repeats the original rollout's ending.
+
+    Equation (TRACE, prefix expansion):  q = r V + (1 - r)(1 - V), with r the original terminal reward in [0, 1]
+    and V the predicted success probability of the prefix.
+
+    Args:
+        reward: rewards r of the rollouts the prefixes lie on, shape (J,), values in [0, 1].
+        value: predicted success V of each prefix, shape (J,), values in [0, 1].
+
+    Returns:
+        float64 array q of shape (J,), values in [0, 1].
+
+    Raises:
+        ValueError: NaN or values outside [0, 1] in either argument.
+    """
+    r = _as_probability(reward, "reward")
+    vv = _as_probability(value, "value")
+    return np.clip(r * vv + (1.0 - r) * (1.0 - vv), 0.0, 1.0)

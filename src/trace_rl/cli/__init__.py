@@ -1,0 +1,1 @@
+"""The `trace-rl` command line: the one place that maps config names to classes."""

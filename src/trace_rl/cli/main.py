@@ -1,0 +1,37 @@
+"""Entry point of the `trace-rl` command: a thin dispatcher over subcommand modules."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from trace_rl import __version__
+
+
+class UsageError(Exception):
+    """Bad user input: printed as one line, exit status 2, no traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trace-rl", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"trace-rl {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    from trace_rl.cli import allocate
+
+    allocate.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (UsageError, ValueError) as exc:
+        print(f"trace-rl {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
