@@ -33,7 +33,9 @@ def test_group_normalize_by_hand() -> None:
     nan_equal(group_normalize([1, 0, 0]), [(2 / 3) / (s + EPS), (-1 / 3) / (s + EPS), (-1 / 3) / (s + EPS)])
     # Population std (ddof=0): var = (4/9 + 1/9 + 1/9) / 3 = 2/9.
     p = math.sqrt(2 / 9)
-    nan_equal(group_normalize([1, 0, 0], ddof=0), [(2 / 3) / (p + EPS), (-1 / 3) / (p + EPS), (-1 / 3) / (p + EPS)])
+    nan_equal(
+        group_normalize([1, 0, 0], ddof=0), [(2 / 3) / (p + EPS), (-1 / 3) / (p + EPS), (-1 / 3) / (p + EPS)]
+    )
     # Dr. GRPO: centring only.
     nan_equal(group_normalize([1, 0, 0], normalize_std=False), [2 / 3, -1 / 3, -1 / 3])
     # Groups of one and zero-spread groups get exactly 0, even with float residue in the mean.
@@ -45,9 +47,15 @@ def test_group_normalize_by_hand() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "values", "message"),
-    [({}, [1.0, float("nan")], "finite"), ({"eps": -1.0}, [1.0, 0.0], "eps"), ({"ddof": 2}, [1.0, 0.0], "ddof")],
+    [
+        ({}, [1.0, float("nan")], "finite"),
+        ({"eps": -1.0}, [1.0, 0.0], "eps"),
+        ({"ddof": 2}, [1.0, 0.0], "ddof"),
+    ],
 )
-def test_group_normalize_rejects_bad_input(kwargs: dict[str, float], values: list[float], message: str) -> None:
+def test_group_normalize_rejects_bad_input(
+    kwargs: dict[str, float], values: list[float], message: str
+) -> None:
     with pytest.raises(ValueError, match=message):
         group_normalize(values, **kwargs)
 
@@ -57,7 +65,10 @@ def test_grpo_by_hand() -> None:
     # Leaves 3, 5, 7, 8 have rewards 1, 0, 0, 1: mean 0.5, unbiased std sqrt(1/3).
     a = 0.5 / (S3 + EPS)
     nan_equal(grpo_advantages(t), [np.nan, np.nan, np.nan, a, np.nan, -a, np.nan, -a, a])
-    nan_equal(grpo_advantages(t, normalize_std=False), [np.nan, np.nan, np.nan, 0.5, np.nan, -0.5, np.nan, -0.5, 0.5])
+    nan_equal(
+        grpo_advantages(t, normalize_std=False),
+        [np.nan, np.nan, np.nan, 0.5, np.nan, -0.5, np.nan, -0.5, 0.5],
+    )
 
 
 def test_tree_grpo_by_hand() -> None:
@@ -78,7 +89,10 @@ def test_tree_grpo_intra_group_of_one() -> None:
     s = math.sqrt(1 / 3) + EPS
     inter = [(1 / 3) / s, (-2 / 3) / s, (1 / 3) / s]
     intra = [0.0, -0.5 / (S2 + EPS), 0.5 / (S2 + EPS)]
-    nan_equal(tree_grpo_advantages(t), [np.nan, inter[0] + intra[0], np.nan, inter[1] + intra[1], inter[2] + intra[2]])
+    nan_equal(
+        tree_grpo_advantages(t),
+        [np.nan, inter[0] + intra[0], np.nan, inter[1] + intra[1], inter[2] + intra[2]],
+    )
 
 
 def test_treerpo_by_hand() -> None:

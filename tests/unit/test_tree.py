@@ -69,7 +69,12 @@ def test_anchors_carry_the_reward_of_their_root_rollout() -> None:
     # Non-root, non-leaf, non-replay nodes: 1, 2 (rollout A, r=1) and 4 (rollout B, r=0).
     assert t.anchors() == [Anchor(1, 1, 1.0), Anchor(2, 2, 1.0), Anchor(4, 1, 0.0)]
     # Replay chains add node 6 (on the replay from 1 that ended with r=0).
-    assert t.anchors(include_replays=True) == [Anchor(1, 1, 1.0), Anchor(2, 2, 1.0), Anchor(4, 1, 0.0), Anchor(6, 2, 0.0)]
+    assert t.anchors(include_replays=True) == [
+        Anchor(1, 1, 1.0),
+        Anchor(2, 2, 1.0),
+        Anchor(4, 1, 0.0),
+        Anchor(6, 2, 0.0),
+    ]
 
 
 def test_replay_of_replay_and_from_prompt() -> None:
@@ -116,7 +121,9 @@ def test_from_parents_rejects_inconsistent_replay_flags() -> None:
     with pytest.raises(ValueError, match="one chain"):
         RolloutTree.from_parents(parent, reward, is_replay=np.array([False, False, False, False]))
     with pytest.raises(ValueError, match="must be a replay node"):
-        RolloutTree.from_parents([-1, 0, 1, 2], [np.nan, np.nan, np.nan, 1.0], is_replay=np.array([0, 0, 1, 0], bool))
+        RolloutTree.from_parents(
+            [-1, 0, 1, 2], [np.nan, np.nan, np.nan, 1.0], is_replay=np.array([0, 0, 1, 0], bool)
+        )
     ok = RolloutTree.from_parents(parent, reward, is_replay=np.array([False, False, True, False]))
     # Explicit flags win over the lowest-id rule: node 3 continues the root rollout, node 2 is the replay.
     assert ok.anchors() == [Anchor(1, 1, 0.0)]

@@ -29,7 +29,13 @@ def flat_tree(rewards: list[float]) -> RolloutTree:
 
 
 def test_effective_ratio() -> None:
-    trees = [flat_tree([1, 0]), flat_tree([1, 1, 1]), flat_tree([0, 0]), flat_tree([0.3, 0.5]), flat_tree([1])]
+    trees = [
+        flat_tree([1, 0]),
+        flat_tree([1, 1, 1]),
+        flat_tree([0, 0]),
+        flat_tree([0.3, 0.5]),
+        flat_tree([1]),
+    ]
     # mixed: [1, 0] and [0.3, 0.5] (non-binary, not all equal) -> 2 of 5.
     assert effective_ratio(trees) == pytest.approx(2 / 5)
     assert math.isnan(effective_ratio([]))

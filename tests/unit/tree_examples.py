@@ -18,11 +18,11 @@ def make_turn(model: list[int], obs: list[int], lp: float = -0.5) -> Turn:
 def example_tree(with_turns: bool = False) -> RolloutTree:
     """Two root rollouts with one replay each.
 
-        0 (prompt)
-        |-- 1 -- 2 -- 3      rollout A, r = 1
-        |   `-- 6 -- 7       replay from 1, r = 0
-        `-- 4 -- 5           rollout B, r = 0
-            `-- 8            replay from 4, r = 1
+    0 (prompt)
+    |-- 1 -- 2 -- 3      rollout A, r = 1
+    |   `-- 6 -- 7       replay from 1, r = 0
+    `-- 4 -- 5           rollout B, r = 0
+        `-- 8            replay from 4, r = 1
     """
     t = RolloutTree.new(meta={"task": "ex"})
 

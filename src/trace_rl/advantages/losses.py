@@ -12,7 +12,12 @@ from typing import Literal
 import torch
 
 LossAgg = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
-LOSS_AGGS: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+LOSS_AGGS: tuple[str, ...] = (
+    "token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
 
 
 def _check_2d(name: str, x: torch.Tensor, shape: torch.Size | None = None) -> None:
@@ -102,7 +107,9 @@ def clipped_surrogate(
     _check_2d("advantages", advantages, logprobs.shape)
     high = clip_low if clip_high is None else clip_high
     if clip_low < 0 or high < 0 or clip_low >= 1:
-        raise ValueError(f"clip ranges must satisfy 0 <= clip_low < 1 and clip_high >= 0, got {clip_low}, {high}")
+        raise ValueError(
+            f"clip ranges must satisfy 0 <= clip_low < 1 and clip_high >= 0, got {clip_low}, {high}"
+        )
     ratio = torch.exp(logprobs - old_logprobs.detach())
     unclipped = ratio * advantages
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + high) * advantages

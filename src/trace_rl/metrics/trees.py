@@ -89,7 +89,9 @@ def rollouts_per_active_prompt(trees: Sequence[RolloutTree], *, replay_cost: flo
     return float(np.mean([t.num_root_rollouts + replay_cost * t.num_replays for t in trees]))
 
 
-def replay_depth_histogram(trees: Sequence[RolloutTree], *, max_depth: int | None = None) -> npt.NDArray[np.int64]:
+def replay_depth_histogram(
+    trees: Sequence[RolloutTree], *, max_depth: int | None = None
+) -> npt.NDArray[np.int64]:
     """Number of replays started from anchors at each depth.
 
     Returns:
@@ -127,6 +129,8 @@ def tree_metrics(trees: Sequence[RolloutTree], *, replay_cost: float = 0.5) -> d
         "rollouts_per_active_prompt": rollouts_per_active_prompt(trees),
         "rollout_equivalents_per_active_prompt": rollouts_per_active_prompt(trees, replay_cost=replay_cost),
         "replays_per_active_prompt": n_replays / len(trees) if trees else math.nan,
-        "mean_replay_anchor_depth": float(np.dot(np.arange(hist.size), hist) / n_replays) if n_replays else math.nan,
+        "mean_replay_anchor_depth": float(np.dot(np.arange(hist.size), hist) / n_replays)
+        if n_replays
+        else math.nan,
         "active_prompts": float(len(trees)),
     }

@@ -63,7 +63,9 @@ class RolloutTree:
     Build with `RolloutTree.new()` then `add_rollout` / `add_replay`, or all at once with `from_parents`.
     """
 
-    def __init__(self, *, prompt_ids: npt.ArrayLike | None = None, meta: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, *, prompt_ids: npt.ArrayLike | None = None, meta: dict[str, Any] | None = None
+    ) -> None:
         self._parent: list[int] = [-1]
         self._depth: list[int] = [0]
         self._reward: list[float] = [math.nan]
@@ -80,7 +82,9 @@ class RolloutTree:
 
     # ----------------------------------------------------------------------------------------------- build
     @classmethod
-    def new(cls, *, prompt_ids: npt.ArrayLike | None = None, meta: dict[str, Any] | None = None) -> RolloutTree:
+    def new(
+        cls, *, prompt_ids: npt.ArrayLike | None = None, meta: dict[str, Any] | None = None
+    ) -> RolloutTree:
         """A tree holding only the prompt node 0 (parent -1, depth 0)."""
         return cls(prompt_ids=prompt_ids, meta=meta)
 
@@ -115,7 +119,9 @@ class RolloutTree:
         """
         a = self._check_node(anchor, "add_replay: anchor")
         if a != 0 and not self._children[a]:
-            raise ValueError(f"add_replay: anchor {a} is a leaf (a final turn); replays start from non-leaf prefixes")
+            raise ValueError(
+                f"add_replay: anchor {a} is a leaf (a final turn); replays start from non-leaf prefixes"
+            )
         return self._append_chain(a, turns, reward, replay=True, what="add_replay")
 
     def _append_chain(
@@ -162,7 +168,8 @@ class RolloutTree:
             turns: optional n payloads, None at the root.
             is_replay: optional bool (n,). When omitted it is inferred: children of the root start root rollouts,
                 and below them a node's lowest-id child continues its chain while every later child starts a
-                replay (the order in which `add_rollout` / `add_replay` create nodes).
+                replay (the order in which `add_rollout` / `add_replay` create nodes). Replays from the prompt
+                itself cannot be told apart from root rollouts this way: pass `is_replay` when there are any.
 
         Raises:
             ValueError: the arrays are not 1-D of equal length, the parent pointers do not form a tree in
@@ -186,7 +193,9 @@ class RolloutTree:
         bad = np.flatnonzero((p[1:] < 0) | (p[1:] >= idx[1:])) + 1
         if bad.size:
             i = int(bad[0])
-            raise ValueError(f"parent[{i}] = {p[i]} must be in [0, {i}): parents must come before their children")
+            raise ValueError(
+                f"parent[{i}] = {p[i]} must be in [0, {i}): parents must come before their children"
+            )
         r = np.asarray(reward, dtype=np.float64)
         if r.shape != (n,):
             raise ValueError(f"reward must have shape ({n},) like parent, got {r.shape}")
@@ -198,7 +207,9 @@ class RolloutTree:
             raise ValueError(f"leaf {int(bad[0])} has reward {r[bad[0]]}; leaves need a finite reward")
         bad = np.flatnonzero(~leaf & ~np.isnan(r))
         if bad.size:
-            raise ValueError(f"node {int(bad[0])} is not a leaf but has reward {r[bad[0]]}; use NaN off the leaves")
+            raise ValueError(
+                f"node {int(bad[0])} is not a leaf but has reward {r[bad[0]]}; use NaN off the leaves"
+            )
         if turns is None:
             turn_list: list[Turn | None] = [None] * n
         else:
@@ -222,7 +233,9 @@ class RolloutTree:
         else:
             rep = np.asarray(is_replay)
             if rep.shape != (n,) or rep.dtype != np.bool_:
-                raise ValueError(f"is_replay must be a bool array of shape ({n},), got {rep.dtype} {rep.shape}")
+                raise ValueError(
+                    f"is_replay must be a bool array of shape ({n},), got {rep.dtype} {rep.shape}"
+                )
             if rep[0]:
                 raise ValueError("is_replay[0] must be False: node 0 is the prompt")
             for i in range(1, n):
@@ -343,7 +356,9 @@ class RolloutTree:
         anc = np.asarray(nodes, dtype=np.int64).reshape(-1).copy()
         d = self.depth[anc]
         if anc.size and d.min() < depth:
-            raise ValueError(f"ancestor_at_depth: node {int(anc[np.argmin(d)])} is shallower than depth {depth}")
+            raise ValueError(
+                f"ancestor_at_depth: node {int(anc[np.argmin(d)])} is shallower than depth {depth}"
+            )
         parent = self.parent
         for _ in range(int(d.max()) - depth if anc.size else 0):
             deeper = d > depth
@@ -461,8 +476,12 @@ class RolloutTree:
             counts = self.leaf_counts()
             with np.errstate(invalid="ignore", divide="ignore"):
                 v = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-            # A leaf's target is its reward exactly (no division residue).
-            v[leaf] = self.reward[leaf]
+            # Where every leaf below shares one reward the target is that reward exactly (no division residue), so
+            # an unmixed subtree never yields a spurious spread.
+            lo, hi = self.leaf_reward_range()
+            same = counts > 0
+            same &= lo == hi
+            v[same] = lo[same]
             return _readonly(v)
 
         return self._cached("value_targets", make)
@@ -526,7 +545,9 @@ class RolloutTree:
         if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
             raise ValueError(f"not a {FORMAT_NAME} record")
         if data.get("version") != FORMAT_VERSION:
-            raise ValueError(f"unsupported {FORMAT_NAME} version {data.get('version')!r} (expected {FORMAT_VERSION})")
+            raise ValueError(
+                f"unsupported {FORMAT_NAME} version {data.get('version')!r} (expected {FORMAT_VERSION})"
+            )
         try:
             parent = data["parent"]
             reward = [math.nan if r is None else r for r in data["reward"]]
