@@ -180,7 +180,7 @@ def test_load_rejects_garbage(tmp_path) -> None:
     with pytest.raises(ValueError, match="not valid JSON"):
         RolloutTree.load(p)
     p.write_text(json.dumps({"format": "something else"}))
-    with pytest.raises(ValueError, match="not a trace_rl.RolloutTree"):
+    with pytest.raises(ValueError, match=r"not a trace_rl\.RolloutTree"):
         RolloutTree.load(p)
     d = example_tree().to_dict()
     del d["parent"]

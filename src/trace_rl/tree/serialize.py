@@ -12,9 +12,9 @@ from trace_rl.types import Turn
 def turn_to_dict(turn: Turn) -> dict[str, Any]:
     """A JSON-ready dict of a turn: arrays become lists (float32 logprobs round-trip exactly through float)."""
     return {
-        "token_ids": [int(x) for x in turn.token_ids],
-        "loss_mask": [int(x) for x in turn.loss_mask],
-        "logprobs": [float(x) for x in turn.logprobs],
+        "token_ids": turn.token_ids.tolist(),
+        "loss_mask": turn.loss_mask.tolist(),
+        "logprobs": turn.logprobs.tolist(),
         "text": turn.text,
         "observation": turn.observation,
         "info": turn.info,
