@@ -117,7 +117,7 @@ def _web_search_rows() -> list[dict[str, Any]]:
     rows = []
     for q in questions:
         a = answers[q["id"]]
-        hops = [{"question": s["subquestion"], "answer": _render(s["answer"]), "title": _title_from_url(s.get("source", ""), s["subquestion"])} for s in a["source"]]
+        hops = [{"question": s["subquestion"], "answer": _render(s["answer"]), "title": _title_from_url(s.get("source", ""), "")} for s in a["source"]]
         rows.append({"id": q["id"], "question": q["question"][0][0]["content"], "answers": [str(x) for x in a["ground_truth"]], "hops": hops, "source": "bfcl_web_search"})
     return rows
 
@@ -291,7 +291,7 @@ class MultihopQAEnv(AnswerEnv):
         hits = self.retriever.search(query, self.top_k)
         if not hits:
             return "No results."
-        return "\n".join(f"[{i}] {p.title}: {p.text}" for i, p in enumerate(hits, 1))
+        return "\n".join(f"[{i}] {p.title}: {p.text}" if p.title else f"[{i}] {p.text}" for i, p in enumerate(hits, 1))
 
     def score(self, task: Task, answer: str) -> tuple[float, dict[str, Any]]:
         golds = [str(a) for a in task.metadata.get("answers", [task.answer or ""])]  # type: ignore[union-attr]
