@@ -99,18 +99,32 @@ def _prlimit_args(timeout_s: float, memory_mb: int, max_procs: int) -> list[str]
 
 
 def _bwrap_command(python: str, prefix: str, limits: list[str]) -> list[str]:
-    cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
-    cmd += ["--uid", str(NOBODY), "--gid", str(NOBODY)]
+    # RLIMIT_NPROC is not enforced for processes that are host uid 0, and bwrap's own user namespace maps
+    # the sandbox uid to the caller's uid. So a root caller keeps the initial user namespace and drops to
+    # uid 65534 with setpriv inside (the process limit then holds, as in the unshare backend); a non-root
+    # caller uses a user namespace (its processes are counted against its own, non-root uid).
+    root = os.geteuid() == 0
+    cmd = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+    cmd += ["--die-with-parent", "--new-session", "--clearenv"]
+    if root:
+        cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"]
+    else:
+        cmd += ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
+        drop = []
     for kind, path in _system_binds():
         if kind == "link":
             cmd += ["--symlink", os.readlink(path), path]
         else:
             cmd += ["--ro-bind", path, path]
     if not prefix.startswith("/usr/"):
+        parts = prefix.strip("/").split("/")
+        for i in range(1, len(parts)):  # traversable parents, e.g. /root is 0700 on the host
+            cmd += ["--perms", "0755", "--dir", "/" + "/".join(parts[:i])]
         cmd += ["--ro-bind", prefix, prefix]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp"]
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--chdir", "/tmp", "--remount-ro", "/"]
     cmd += ["--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8"]
-    return [*cmd, "--", *limits, python, "-I", "-S", "-"]
+    return [*cmd, "--", *drop, *limits, python, "-I", "-S", "-"]
 
 
 # Runs as root inside fresh mount/pid/net namespaces: builds a minimal read-only root and enters it.
@@ -210,13 +224,17 @@ def _run(
             break
     if timed_out or truncated:
         _kill_group(proc)
-    try:
-        returncode = proc.wait(timeout=max(0.5, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc)
-        returncode = proc.wait()
-    _kill_group(proc)  # anything the launcher left in its session on the host side
+    # Wait for the launcher WITHOUT reaping it (WNOWAIT), kill what is left of its process group, then reap:
+    # signalling a group after its leader was reaped could hit an unrelated group that reused the pid.
+    grace = time.monotonic() + max(0.5, deadline - time.monotonic())
+    while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if time.monotonic() > grace:
+            timed_out = True
+            _kill_group(proc)
+            grace = float("inf")
+        time.sleep(0.005)
+    _kill_group(proc)
+    returncode = proc.wait()
     proc.stdout.close()
     proc.stderr.close()
     out, err = bytes(bufs[out_fd]), bytes(bufs[err_fd])
