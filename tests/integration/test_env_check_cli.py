@@ -13,13 +13,25 @@ import pytest
 def test_env_check(name: str, limit: int) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "trace_rl.cli.env_check", name, "--limit", str(limit), "--json"],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
-    assert report == {**report, "env": name, "tasks": limit, "gold_success": limit, "empty_success": 0, "snapshot_mismatch": 0}
+    assert report == {
+        **report,
+        "env": name,
+        "tasks": limit,
+        "gold_success": limit,
+        "empty_success": 0,
+        "snapshot_mismatch": 0,
+    }
 
 
 def test_env_check_bad_name() -> None:
-    out = subprocess.run([sys.executable, "-m", "trace_rl.cli.env_check", "chess"], capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "trace_rl.cli.env_check", "chess"], capture_output=True, text=True, check=False
+    )
     assert out.returncode == 2 and "unknown environment" in out.stderr

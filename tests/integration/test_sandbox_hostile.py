@@ -166,7 +166,9 @@ def test_background_process_does_not_outlive_call(backend: str) -> None:
 
 
 def test_huge_output_is_capped(backend: str) -> None:
-    res = run_python("while True:\n    print('x' * 4096)", timeout_s=3.0, max_output_bytes=10_000, backend=backend)  # type: ignore[arg-type]
+    res = run_python(
+        "while True:\n    print('x' * 4096)", timeout_s=3.0, max_output_bytes=10_000, backend=backend
+    )  # type: ignore[arg-type]
     assert res.truncated and len(res.stdout) <= 10_000 and not res.timed_out
 
 

@@ -7,7 +7,26 @@ from hypothesis import strategies as st
 
 from trace_rl.envs.base import parse_turn
 
-FRAGMENTS = st.sampled_from(["<tool_call>", "</tool_call>", "<answer>", "</answer>", "{", "}", '"name"', ":", "'", "<think>", '"arguments"', "[", "]", ",", "1e999", "\\"])
+FRAGMENTS = st.sampled_from(
+    [
+        "<tool_call>",
+        "</tool_call>",
+        "<answer>",
+        "</answer>",
+        "{",
+        "}",
+        '"name"',
+        ":",
+        "'",
+        "<think>",
+        '"arguments"',
+        "[",
+        "]",
+        ",",
+        "1e999",
+        "\\",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None)

@@ -23,7 +23,11 @@ def test_split_is_80_20_and_scenario_disjoint() -> None:
 
 
 def test_parse_call_string_uses_literals_only() -> None:
-    assert parse_call_string("mv(source='a', destination='b')") == ("mv", [], {"source": "a", "destination": "b"})
+    assert parse_call_string("mv(source='a', destination='b')") == (
+        "mv",
+        [],
+        {"source": "a", "destination": "b"},
+    )
     assert parse_call_string("sort('f.txt')") == ("sort", ["f.txt"], {})
     with pytest.raises(ValueError):
         parse_call_string("__import__('os').system('ls')")
@@ -64,7 +68,11 @@ def test_miss_param_turn_needs_no_call(tasks) -> None:  # type: ignore[no-untype
         i += 1
         user_turn += r.info["role"] == "user"
     # a call in that turn (irrelevance violation) fails the episode, as bfcl-eval's irrelevance checker does
-    env.step('<tool_call>{"name": "ls", "arguments": {}}</tool_call>' if "ls" in {t["function"]["name"] for t in task.tools} else '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>')
+    env.step(
+        '<tool_call>{"name": "ls", "arguments": {}}</tool_call>'
+        if "ls" in {t["function"]["name"] for t in task.tools}
+        else '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
+    )
     r = env.step("ok")
     assert r.done and r.reward == 0.0
 

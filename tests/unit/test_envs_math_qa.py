@@ -26,7 +26,9 @@ def test_math_reward_is_binary_on_partial_credit(math_tasks) -> None:  # type: i
 
 
 def test_math_scorer_failure_gives_zero(math_tasks) -> None:  # type: ignore[no-untyped-def]
-    broken = dataclasses.replace(math_tasks[0], metadata={**math_tasks[0].metadata, "rg_dataset": "no_such_generator"})
+    broken = dataclasses.replace(
+        math_tasks[0], metadata={**math_tasks[0].metadata, "rg_dataset": "no_such_generator"}
+    )
     reward, info = score_reasoning_gym(broken, "12")
     assert reward == 0.0 and "score_error" in info
 
@@ -78,7 +80,9 @@ def test_qa_normalisation_and_f1() -> None:
 
 
 def test_bm25_empty_query_and_k_larger_than_corpus() -> None:
-    r = BM25Retriever([Passage("1", "Paris", "Paris is the capital of France."), Passage("2", "Rome", "Rome is in Italy.")])
+    r = BM25Retriever(
+        [Passage("1", "Paris", "Paris is the capital of France."), Passage("2", "Rome", "Rome is in Italy.")]
+    )
     assert r.search("") == [] and r.search("the of a") == []
     hits = r.search("capital of France", k=10)
     assert hits[0].id == "1" and len(hits) <= 2
@@ -86,13 +90,17 @@ def test_bm25_empty_query_and_k_larger_than_corpus() -> None:
 
 def test_qa_user_corpus_and_questions(tmp_path) -> None:  # type: ignore[no-untyped-def]
     corpus = tmp_path / "c.jsonl"
-    corpus.write_text('{"id": "a", "title": "Paris", "text": "Paris is the capital of France."}\n{"id": "b", "title": "Rome", "text": "Rome is in Italy."}\n')
+    corpus.write_text(
+        '{"id": "a", "title": "Paris", "text": "Paris is the capital of France."}\n{"id": "b", "title": "Rome", "text": "Rome is in Italy."}\n'
+    )
     questions = tmp_path / "q.json"
     questions.write_text('[{"_id": "q1", "question": "Capital of France?", "answer": "Paris"}]')
     [task] = load_tasks("multihop_qa", "all", questions_path=str(questions))
     env = make_env("multihop_qa", corpus_path=str(corpus))
     env.reset(task)
-    obs = env.step('<tool_call>{"name": "search", "arguments": {"query": "capital France"}}</tool_call>').observation
+    obs = env.step(
+        '<tool_call>{"name": "search", "arguments": {"query": "capital France"}}</tool_call>'
+    ).observation
     assert obs.startswith("[1] Paris:")
     assert env.step("<answer>paris</answer>").reward == 1.0
     bad = tmp_path / "bad.jsonl"

@@ -6,7 +6,9 @@ from trace_rl.envs.base import MAX_CALLS_PER_TURN, parse_turn
 
 
 def test_single_call_and_text_after() -> None:
-    p = parse_turn('thinking <tool_call>{"name": "python", "arguments": {"code": "print(1)"}}</tool_call> then more')
+    p = parse_turn(
+        'thinking <tool_call>{"name": "python", "arguments": {"code": "print(1)"}}</tool_call> then more'
+    )
     assert [(c.name, c.arguments) for c in p.calls] == [("python", {"code": "print(1)"})]
     assert p.answer is None and p.errors == ()
 
@@ -17,7 +19,9 @@ def test_several_calls_in_order_and_inside_code_fence() -> None:
 
 
 def test_closing_tag_inside_string_argument() -> None:
-    p = parse_turn('<tool_call>{"name": "python", "arguments": {"code": "print(\'</tool_call>\')"}}</tool_call>')
+    p = parse_turn(
+        '<tool_call>{"name": "python", "arguments": {"code": "print(\'</tool_call>\')"}}</tool_call>'
+    )
     assert p.calls[0].arguments == {"code": "print('</tool_call>')"} and p.errors == ()
 
 

@@ -41,7 +41,9 @@ def check_env(name: str, limit: int, split: str = "train", seed: int = 0) -> dic
         if same and final_a.done and final_a.reward == 1.0 and final_b.reward == 1.0:
             gold_ok += 1
         else:
-            failures.append(f"{task.id}: gold reward {final_a.reward}/{final_b.reward}, same={same}, info={final_a.info}")
+            failures.append(
+                f"{task.id}: gold reward {final_a.reward}/{final_b.reward}, same={same}, info={final_a.info}"
+            )
         env.reset(task)
         for _ in range(1000):
             res = env.step("")

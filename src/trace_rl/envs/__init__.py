@@ -39,7 +39,9 @@ def make_env(name: str, **kwargs: Any) -> Env:
     return env
 
 
-def load_tasks(name: str, split: str = "train", limit: int | None = None, seed: int = 0, **kwargs: Any) -> list[Task]:
+def load_tasks(
+    name: str, split: str = "train", limit: int | None = None, seed: int = 0, **kwargs: Any
+) -> list[Task]:
     """Tasks of an environment. Splits: math_python train/test/eval; bfcl train/test; multihop_qa train/test/all.
 
     Raises:
@@ -55,4 +57,14 @@ def gold_trajectory(task: Task) -> list[str]:
     return turns
 
 
-__all__ = ["ENV_NAMES", "Env", "StepResult", "Task", "ToolCall", "gold_trajectory", "load_tasks", "make_env", "parse_turn"]
+__all__ = [
+    "ENV_NAMES",
+    "Env",
+    "StepResult",
+    "Task",
+    "ToolCall",
+    "gold_trajectory",
+    "load_tasks",
+    "make_env",
+    "parse_turn",
+]

@@ -196,7 +196,7 @@ def parse_turn(text: str) -> ParsedTurn:
 
 
 FORMAT_HELP = (
-    "Call a tool as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call> "
+    'Call a tool as <tool_call>{"name": ..., "arguments": {...}}</tool_call> '
     "or give the final answer as <answer>...</answer>."
 )
 

@@ -34,7 +34,14 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from trace_rl.envs.base import MAX_CALLS_PER_TURN, FORMAT_HELP, StepResult, ToolCall, format_tool_results, parse_turn
+from trace_rl.envs.base import (
+    FORMAT_HELP,
+    MAX_CALLS_PER_TURN,
+    StepResult,
+    ToolCall,
+    format_tool_results,
+    parse_turn,
+)
 from trace_rl.types import Task
 
 ENV_NAME = "bfcl"
@@ -62,7 +69,14 @@ FUNC_DOC_FILES = {
     "VehicleControlAPI": "vehicle_control.json",
 }
 STATELESS_CLASSES = ("MathAPI",)
-_TYPE_MAP = {"dict": "object", "float": "number", "tuple": "array", "int": "integer", "bool": "boolean", "str": "string"}
+_TYPE_MAP = {
+    "dict": "object",
+    "float": "number",
+    "tuple": "array",
+    "int": "integer",
+    "bool": "boolean",
+    "str": "string",
+}
 
 
 # ---- data ----------------------------------------------------------------------------------------------
@@ -106,7 +120,11 @@ def _tool(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _func_docs(class_name: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in _data_file("multi_turn_func_doc", FUNC_DOC_FILES[class_name]).read_text().splitlines() if line.strip()]
+    return [
+        json.loads(line)
+        for line in _data_file("multi_turn_func_doc", FUNC_DOC_FILES[class_name]).read_text().splitlines()
+        if line.strip()
+    ]
 
 
 def _split_indices(n: int, split: str, seed: int) -> list[int]:
@@ -114,7 +132,7 @@ def _split_indices(n: int, split: str, seed: int) -> list[int]:
     split in every subset (the four subsets share scenarios, so a per-subset split would leak)."""
     order = list(range(n))
     random.Random(seed).shuffle(order)
-    cut = int(round(0.8 * n))
+    cut = round(0.8 * n)
     if split == "train":
         return order[:cut]
     if split == "test":
@@ -143,7 +161,10 @@ def load_bfcl_tasks(
     n = 0
     for sub in subsets:
         entries = _read_jsonl(f"BFCL_v4_multi_turn_{sub}.json")
-        answers = {a["id"]: a["ground_truth"] for a in _read_jsonl("possible_answer", f"BFCL_v4_multi_turn_{sub}.json")}
+        answers = {
+            a["id"]: a["ground_truth"]
+            for a in _read_jsonl("possible_answer", f"BFCL_v4_multi_turn_{sub}.json")
+        }
         per_subset[sub] = {int(e["id"].rsplit("_", 1)[1]): (e, answers[e["id"]]) for e in entries}
         n = max(n, max(per_subset[sub]) + 1)
     tasks: list[Task] = []
@@ -285,7 +306,9 @@ class BfclEnv:
 
     name = ENV_NAME
 
-    def __init__(self, *, max_steps_per_turn: int = 20, max_turns: int = 100, stop_on_failure: bool = True) -> None:
+    def __init__(
+        self, *, max_steps_per_turn: int = 20, max_turns: int = 100, stop_on_failure: bool = True
+    ) -> None:
         if max_steps_per_turn < 1 or max_turns < 1:
             raise ValueError("max_steps_per_turn and max_turns must be >= 1")
         self.max_steps_per_turn = max_steps_per_turn
@@ -307,7 +330,9 @@ class BfclEnv:
         allowed = {str(t["function"]["name"]) for t in task.tools}  # type: ignore[index]
         for tools in task.metadata["added_tools"].values():  # type: ignore[attr-defined]
             allowed |= {str(t["function"]["name"]) for t in tools}
-        self._state = BfclState(task=task, instances=make_instances(task), truth_instances=make_instances(task), allowed=allowed)
+        self._state = BfclState(
+            task=task, instances=make_instances(task), truth_instances=make_instances(task), allowed=allowed
+        )
         return task.prompt
 
     def snapshot(self) -> object:
@@ -423,8 +448,18 @@ def bfcl_gold_trajectory(task: Task) -> list[str]:
             blocks.append(f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>")
         for i in range(0, len(blocks), MAX_CALLS_PER_TURN):
             turns.append("\n".join(blocks[i : i + MAX_CALLS_PER_TURN]))
-        turns.append("Done." if truth_calls else "I cannot do this: a required function or parameter is missing.")
+        turns.append(
+            "Done." if truth_calls else "I cannot do this: a required function or parameter is missing."
+        )
     return turns
 
 
-__all__ = ["BfclEnv", "ToolCall", "bfcl_gold_trajectory", "execute_call", "load_bfcl_tasks", "make_instances", "parse_call_string"]
+__all__ = [
+    "BfclEnv",
+    "ToolCall",
+    "bfcl_gold_trajectory",
+    "execute_call",
+    "load_bfcl_tasks",
+    "make_instances",
+    "parse_call_string",
+]

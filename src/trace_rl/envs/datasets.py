@@ -16,12 +16,18 @@ from typing import Any
 from trace_rl.types import Task
 
 
-def _verl_row_to_task(row: dict[str, Any], where: str, env: str, tools: tuple[dict[str, object], ...]) -> Task:
+def _verl_row_to_task(
+    row: dict[str, Any], where: str, env: str, tools: tuple[dict[str, object], ...]
+) -> Task:
     messages = row.get("prompt")
     if not isinstance(messages, list) or not messages:
         raise ValueError(f"{where}: 'prompt' must be a non-empty list of chat messages")
     for m in messages:
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+        if (
+            not isinstance(m, dict)
+            or not isinstance(m.get("role"), str)
+            or not isinstance(m.get("content"), str)
+        ):
             raise ValueError(f"{where}: every prompt message needs string 'role' and 'content'")
     users = [m["content"] for m in messages if m["role"] == "user"]
     if not users:
@@ -45,7 +51,9 @@ def _verl_row_to_task(row: dict[str, Any], where: str, env: str, tools: tuple[di
     )
 
 
-def _task_row_to_task(row: dict[str, Any], where: str, env: str, tools: tuple[dict[str, object], ...]) -> Task:
+def _task_row_to_task(
+    row: dict[str, Any], where: str, env: str, tools: tuple[dict[str, object], ...]
+) -> Task:
     if not isinstance(row.get("id"), str) or not isinstance(row.get("prompt"), str):
         raise ValueError(f"{where}: a task row needs string 'id' and 'prompt'")
     row_tools = row.get("tools", list(tools))

