@@ -20,6 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
     from trace_rl.cli import allocate
 
     allocate.register(sub)
+    from trace_rl.cli import env_check
+
+    env_check.register(sub)
     return parser
 
 
