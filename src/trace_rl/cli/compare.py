@@ -1,0 +1,47 @@
+"""`trace-rl compare`: methods at equal budget over seeds -> DIR/comparison.json and DIR/report.html."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("compare", help="run several methods at equal budget over seeds and compare them")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--preset", default=None, help="a shipped preset (default demo)")
+    src.add_argument("--config", default=None, metavar="FILE", help="a YAML config file")
+    p.add_argument("--methods", default="grpo,pcl,treepo,trace", help="comma-separated methods")
+    p.add_argument("--seeds", type=int, default=1, help="seeds per method (0..K-1)")
+    p.add_argument("--steps", type=int, default=None, help="override the number of training steps")
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from trace_rl.allocation import get_method
+    from trace_rl.cli.main import UsageError
+    from trace_rl.train.config import load_config
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not methods:
+        raise UsageError("--methods needs at least one method")
+    for m in methods:
+        get_method(m)
+    if args.seeds < 1:
+        raise UsageError("--seeds must be at least 1")
+    overrides = list(args.set) + ([f"steps={args.steps}"] if args.steps is not None else [])
+    cfg = load_config(preset=args.preset if args.preset or args.config else "demo", file=args.config, overrides=overrides)
+    from trace_rl.metrics.report import write_report
+    from trace_rl.train.compare import compare
+
+    result = compare(cfg, methods, args.seeds, args.out)
+    for name, row in result["methods"].items():
+        print(
+            f"{name:18s} effective_ratio={row.get('effective_ratio', float('nan')):.3f} "
+            f"success_rate={row.get('success_rate', float('nan')):.3f} "
+            f"eval_accuracy={row.get('eval_accuracy', float('nan')):.3f} budget_spent={row.get('budget_spent', float('nan')):.1f}"
+        )
+    print(f"comparison: {args.out}/comparison.json  report: {write_report(args.out)}")
+    return 0

@@ -1,0 +1,373 @@
+"""Typed, validated training configs: frozen dataclasses, one source of defaults, presets as override files.
+
+A config is built from (1) the dataclass defaults, (2) a preset (configs/<name>.yaml shipped inside the
+package) or a user YAML file, (3) command-line overrides ``section.key=value``. Unknown keys and bad values
+raise `ConfigError` with one line naming the key, e.g. ``budget.roots: must be a multiple of budget.group_size``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PRESET_DIR = Path(__file__).resolve().parent / "presets"
+
+
+class ConfigError(ValueError):
+    """An invalid config: the message names the key and the problem in one line."""
+
+
+@dataclass(frozen=True)
+class EnvSection:
+    """The environment and its task pool.
+
+    Attributes:
+        name: environment name (math_python, bfcl, multihop_qa).
+        max_turns: turns per episode before it ends with reward 0.
+        pool_size: candidate prompts scored per step (the pool the root allocation chooses from).
+        train_limit: cap on training tasks loaded (None: all).
+        eval_tasks: held-out tasks for the periodic pass@1 evaluation (0 disables it).
+        task_kwargs: extra keyword arguments for the environment's task loader.
+    """
+
+    name: str = "math_python"
+    max_turns: int = 4
+    pool_size: int = 32
+    train_limit: int | None = 2000
+    eval_tasks: int = 64
+    task_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PolicySection:
+    """The policy and its supervised warm start.
+
+    Attributes:
+        name: "tiny", "smollm2-135m-instruct" or a local Hugging Face checkpoint path.
+        sft_steps: optimizer steps of supervised warm start on gold trajectories before RL (0: none).
+        sft_lr: peak learning rate of the warm start.
+        sft_batch: sequences per warm-start step.
+        require_jump: stop with an error when the warm start ends without any success on its probe prompts.
+    """
+
+    name: str = "tiny"
+    sft_steps: int = 0
+    sft_lr: float = 2e-3
+    sft_batch: int = 8
+    require_jump: bool = True
+
+
+@dataclass(frozen=True)
+class SamplingSection:
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_concurrency: int = 64
+
+
+@dataclass(frozen=True)
+class BudgetSection:
+    """Budget shape (DESIGN.md section 2): M roots, N continuations per root, n rollouts per flat prompt.
+
+    Attributes:
+        accounting: "paper" (a replay costs replay_cost) or "token" (a replay costs its expected remaining
+            tokens relative to a full rollout, in integer units for the exact prefix knapsack).
+    """
+
+    roots: int = 32
+    continuations: int = 2
+    group_size: int = 8
+    replay_cost: float = 0.5
+    min_rollouts: int = 2
+    max_rollouts: int | None = 16
+    accounting: str = "paper"
+
+
+@dataclass(frozen=True)
+class OptimSection:
+    """Policy update.
+
+    Attributes:
+        estimator: "auto" (treerpo for math/QA, tree_grpo for function calling, grpo for flat methods),
+            "grpo", "tree_grpo" or "treerpo".
+        normalize_std: divide by the group std (False: Dr. GRPO).
+        loss_agg: "token-mean" or "seq-mean-token-sum".
+    """
+
+    lr: float = 5e-5
+    clip: float = 0.2
+    kl_coef: float = 0.0
+    loss_agg: str = "token-mean"
+    estimator: str = "auto"
+    normalize_std: bool = True
+    epochs: int = 1
+    minibatch: int = 32
+    max_grad_norm: float = 1.0
+
+
+@dataclass(frozen=True)
+class PredictorSection:
+    """The shared success predictor (trace_rl.predictor).
+
+    Attributes:
+        name: backbone ("tiny", "minilm" or a local Hugging Face path).
+        prefix_share: share of prefix nodes in each predictor batch (paper: about 6%).
+        buffer_steps: recent steps kept in the replay buffer.
+        updates: predictor optimizer steps after each training step.
+        batch_size: examples per predictor step.
+        lr: predictor learning rate.
+    """
+
+    name: str = "tiny"
+    prefix_share: float = 0.06
+    buffer_steps: int = 4
+    updates: int = 8
+    batch_size: int = 32
+    lr: float = 1e-3
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything one `trace-rl train` run needs; ``preset`` records where the defaults came from."""
+
+    method: str = "trace"
+    steps: int = 20
+    seed: int = 0
+    eval_every: int = 5
+    checkpoint_every: int = 5
+    preset: str = "custom"
+    env: EnvSection = field(default_factory=EnvSection)
+    policy: PolicySection = field(default_factory=PolicySection)
+    sampling: SamplingSection = field(default_factory=SamplingSection)
+    budget: BudgetSection = field(default_factory=BudgetSection)
+    optim: OptimSection = field(default_factory=OptimSection)
+    predictor: PredictorSection = field(default_factory=PredictorSection)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ------------------------------------------------------------------------------------------- building
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _coerce(value: Any, hint: Any, key: str) -> Any:
+    """Convert a YAML/CLI value to the field's type, or raise ConfigError naming the key."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            return None
+        return _coerce(value, args[0], key)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        try:
+            f = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
+        if f != int(f):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return int(f)
+    if hint is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}: expected a number, got {value!r}") from None
+    if hint is str:
+        if not isinstance(value, str | int | float):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return str(value)
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return dict(value)
+    return value
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+    hints = _hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        full = f"{prefix}{key}"
+        if key not in names:
+            raise ConfigError(f"{full}: unknown key (known: {', '.join(sorted(names))})")
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{full}: expected a section (mapping), got {value!r}")
+            kwargs[key] = _build(hint, value, f"{full}.")  # type: ignore[arg-type]
+        else:
+            kwargs[key] = _coerce(value, hint, full)
+    return cls(**kwargs)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _parse_override(item: str) -> dict[str, Any]:
+    import yaml
+
+    if "=" not in item:
+        raise ConfigError(f"override {item!r}: expected section.key=value")
+    key, raw = item.split("=", 1)
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise ConfigError(f"override {item!r}: expected section.key=value")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    tree: dict[str, Any] = {parts[-1]: value}
+    for p in reversed(parts[:-1]):
+        tree = {p: tree}
+    return tree
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config file must be a mapping of sections")
+    return data
+
+
+def load_config(
+    *, preset: str | None = None, file: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()
+) -> TrainConfig:
+    """Build and validate a TrainConfig from a preset or a YAML file plus ``section.key=value`` overrides.
+
+    Raises:
+        ConfigError: unknown preset/file, unknown key, wrong type or an invalid combination (one line).
+    """
+    if preset is not None and file is not None:
+        raise ConfigError("give either a preset or a config file, not both")
+    data: dict[str, Any] = {}
+    if preset is not None:
+        path = PRESET_DIR / f"{preset}.yaml"
+        if not path.exists():
+            raise ConfigError(f"unknown preset {preset!r} (known: {', '.join(preset_names())})")
+        data = _read_yaml(path)
+        data.setdefault("preset", preset)
+    elif file is not None:
+        path = Path(file)
+        if not path.exists():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        data = _read_yaml(path)
+    for item in overrides:
+        data = _merge(data, _parse_override(item))
+    cfg = _build(TrainConfig, data, "")
+    validate(cfg)
+    return cfg
+
+
+def config_from_dict(data: dict[str, Any]) -> TrainConfig:
+    """Rebuild a config saved with `TrainConfig.to_dict` (used by --resume)."""
+    cfg = _build(TrainConfig, data, "")
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Check value ranges and combinations; raise ConfigError naming the first bad key."""
+    from trace_rl.allocation import METHODS, BudgetShape
+
+    def need(ok: bool, key: str, why: str) -> None:
+        if not ok:
+            raise ConfigError(f"{key}: {why}")
+
+    need(cfg.method in METHODS, "method", f"unknown method {cfg.method!r} (known: {', '.join(METHODS)})")
+    need(cfg.steps >= 1, "steps", "must be at least 1")
+    need(cfg.eval_every >= 0, "eval_every", "must be >= 0 (0 disables evaluation)")
+    need(cfg.checkpoint_every >= 1, "checkpoint_every", "must be at least 1")
+    need(cfg.env.max_turns >= 1, "env.max_turns", "must be at least 1")
+    need(cfg.env.eval_tasks >= 0, "env.eval_tasks", "must be >= 0")
+    need(cfg.policy.sft_steps >= 0, "policy.sft_steps", "must be >= 0")
+    need(cfg.policy.sft_batch >= 1, "policy.sft_batch", "must be at least 1")
+    need(cfg.sampling.max_new_tokens >= 1, "sampling.max_new_tokens", "must be at least 1")
+    need(cfg.sampling.temperature > 0, "sampling.temperature", "must be > 0 for RL sampling")
+    need(0 < cfg.sampling.top_p <= 1, "sampling.top_p", "must lie in (0, 1]")
+    need(cfg.sampling.max_concurrency >= 1, "sampling.max_concurrency", "must be at least 1")
+    need(cfg.budget.accounting in ("paper", "token"), "budget.accounting", "must be 'paper' or 'token'")
+    try:
+        shape = BudgetShape(
+            roots=cfg.budget.roots,
+            continuations=cfg.budget.continuations,
+            group_size=cfg.budget.group_size,
+            replay_cost=cfg.budget.replay_cost,
+            min_rollouts=cfg.budget.min_rollouts,
+            max_rollouts=cfg.budget.max_rollouts,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"budget: {exc}") from None
+    need(
+        cfg.env.pool_size >= shape.batch_size,
+        "env.pool_size",
+        f"must be at least the baselines' batch size {shape.batch_size} (= floor(M (1 + N c) / n))",
+    )
+    need(
+        cfg.optim.estimator in ("auto", "grpo", "tree_grpo", "treerpo"),
+        "optim.estimator",
+        "must be auto, grpo, tree_grpo or treerpo",
+    )
+    need(cfg.optim.loss_agg in ("token-mean", "seq-mean-token-sum"), "optim.loss_agg", "token-mean or seq-mean-token-sum")
+    need(cfg.optim.lr > 0, "optim.lr", "must be > 0")
+    need(0 < cfg.optim.clip < 1, "optim.clip", "must lie in (0, 1)")
+    need(cfg.optim.kl_coef >= 0, "optim.kl_coef", "must be >= 0")
+    need(cfg.optim.epochs >= 1, "optim.epochs", "must be at least 1")
+    need(cfg.optim.minibatch >= 1, "optim.minibatch", "must be at least 1")
+    need(0 <= cfg.predictor.prefix_share <= 1, "predictor.prefix_share", "must lie in [0, 1]")
+    need(cfg.predictor.buffer_steps >= 1, "predictor.buffer_steps", "must be at least 1")
+    need(cfg.predictor.updates >= 0, "predictor.updates", "must be >= 0")
+
+
+def budget_shape(cfg: TrainConfig) -> Any:
+    """The run's `BudgetShape`."""
+    from trace_rl.allocation import BudgetShape
+
+    b = cfg.budget
+    return BudgetShape(
+        roots=b.roots,
+        continuations=b.continuations,
+        group_size=b.group_size,
+        replay_cost=b.replay_cost,
+        min_rollouts=b.min_rollouts,
+        max_rollouts=b.max_rollouts,
+    )
+
+
+def estimator_for(cfg: TrainConfig) -> str:
+    """Resolve optim.estimator="auto": grpo for flat methods, tree_grpo for bfcl, treerpo otherwise (paper)."""
+    from trace_rl.allocation import get_method
+
+    if cfg.optim.estimator != "auto":
+        return cfg.optim.estimator
+    if not get_method(cfg.method).has_replays:
+        return "grpo"
+    return "tree_grpo" if cfg.env.name == "bfcl" else "treerpo"

@@ -1,0 +1,475 @@
+"""The training run: set-up, warm start, the step loop, evaluation, logging, checkpoints and resume.
+
+Output folder layout::
+
+    DIR/config.json                  the resolved config
+    DIR/metrics.jsonl                one record per training step (and "eval" records), each step exactly once
+    DIR/tb/                          TensorBoard event files
+    DIR/sft/                         the warm-started policy (when policy.sft_steps > 0) and sft.json
+    DIR/checkpoints/step_<N>/        policy, optimizer, predictor, RNG states, data position (atomic)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trace_rl.train.config import TrainConfig, budget_shape, config_from_dict, estimator_for
+
+KEEP_CHECKPOINTS = 2
+
+
+class TimedEnvFactory:
+    """Makes environments whose step() time is accumulated (the "tools" share of the wall-clock)."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self._seconds = 0.0
+
+    def __call__(self) -> Any:
+        env = self._make()
+        factory = self
+
+        class _Timed:
+            def reset(self, task: Any) -> Any:
+                return env.reset(task)
+
+            def step(self, text: str) -> Any:
+                t0 = time.perf_counter()
+                try:
+                    return env.step(text)
+                finally:
+                    factory._seconds += time.perf_counter() - t0
+
+            def snapshot(self) -> Any:
+                return env.snapshot()
+
+            def restore(self, state: Any) -> None:
+                env.restore(state)
+
+        return _Timed()
+
+    @property
+    def seconds(self) -> float:
+        """Cumulative seconds spent in env.step by every environment this factory made."""
+        return self._seconds
+
+
+@dataclass
+class DataCursor:
+    """Deterministic order over the training tasks: epoch permutations seeded by (seed, epoch)."""
+
+    n: int
+    seed: int
+    epoch: int = 0
+    index: int = 0
+
+    def take(self, k: int) -> list[int]:
+        out: list[int] = []
+        while len(out) < k:
+            order = np.random.default_rng([self.seed, self.epoch]).permutation(self.n)
+            take = min(k - len(out), self.n - self.index)
+            out.extend(int(i) for i in order[self.index : self.index + take])
+            self.index += take
+            if self.index >= self.n:
+                self.epoch, self.index = self.epoch + 1, 0
+        return out
+
+
+def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    with path.open("a") as fh:
+        fh.write(json.dumps(record, default=_json_default) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _json_default(x: Any) -> Any:
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x)
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"not JSON serialisable: {type(x)}")
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Records of a metrics.jsonl (a torn last line from a kill is ignored)."""
+    out = []
+    p = Path(path)
+    if not p.exists():
+        return out
+    for line in p.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def latest_checkpoint(out: Path) -> Path | None:
+    ckpts = sorted(
+        (p for p in (out / "checkpoints").glob("step_*") if p.is_dir() and (p / "state.json").exists()),
+        key=lambda p: int(p.name.split("_")[1]),
+    )
+    return ckpts[-1] if ckpts else None
+
+
+class Trainer:
+    """Owns the policy, engine, predictor and data for one run; `run()` executes the remaining steps."""
+
+    def __init__(self, cfg: TrainConfig, out: str | Path, *, resume: bool = False, log: Callable[[str], None] = print):
+        self.cfg = cfg
+        self.out = Path(out)
+        self.log = log
+        self.resume = resume
+        self.start_step = 1
+
+    # ---------------------------------------------------------------------------------------------- set-up
+    def setup(self) -> None:
+        import torch
+
+        from trace_rl.allocation import get_method
+        from trace_rl.envs import load_tasks, make_env
+        from trace_rl.policy import load_policy
+        from trace_rl.predictor import build_predictor
+        from trace_rl.predictor.online import OnlineConfig, OnlineTrainer
+        from trace_rl.rollout.agent import ChatCodec
+        from trace_rl.rollout.backends import SamplingParams
+        from trace_rl.rollout.engine import LocalEngine
+        from trace_rl.train.step import StepParts
+        from trace_rl.train.update import UpdateSettings, policy_update
+
+        cfg = self.cfg
+        self.out.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(cfg.seed)
+        random.seed(cfg.seed)
+        torch.set_num_threads(max(1, min(os.cpu_count() or 1, 4)))
+        self.method = get_method(cfg.method)
+        self.shape = budget_shape(cfg)
+        self.rng = np.random.default_rng(cfg.seed)
+        env_kwargs = {"max_turns": cfg.env.max_turns}
+        self.tasks = load_tasks(cfg.env.name, "train", cfg.env.train_limit, cfg.seed, **cfg.env.task_kwargs)
+        if len(self.tasks) < cfg.env.pool_size:
+            raise ValueError(f"env.pool_size={cfg.env.pool_size} but only {len(self.tasks)} training tasks loaded")
+        self.eval_tasks = (
+            load_tasks(cfg.env.name, "test", cfg.env.eval_tasks, cfg.seed, **cfg.env.task_kwargs)
+            if cfg.env.eval_tasks and cfg.eval_every
+            else []
+        )
+        self.cursor = DataCursor(len(self.tasks), cfg.seed)
+        self.env_factory = TimedEnvFactory(lambda: make_env(cfg.env.name, **env_kwargs))
+
+        ckpt = latest_checkpoint(self.out) if self.resume else None
+        if self.resume and ckpt is None:
+            self.log(f"no checkpoint under {self.out}/checkpoints: starting from step 1")
+            (self.out / "metrics.jsonl").unlink(missing_ok=True)  # its steps are redone
+        if ckpt is not None:
+            self.policy = load_policy(str(ckpt / "policy"), seed=cfg.seed)
+        else:
+            self.policy = load_policy(cfg.policy.name, seed=cfg.seed)
+            if cfg.policy.sft_steps > 0:
+                self._warm_start()
+        self.pad_id = int(self.policy.tokenizer.pad_token_id or 0)
+        self.engine = LocalEngine(self.policy, max_batch=cfg.sampling.max_concurrency)
+        self.codec = ChatCodec(self.policy.tokenizer)
+        self.sampling = SamplingParams(
+            max_new_tokens=cfg.sampling.max_new_tokens,
+            temperature=cfg.sampling.temperature,
+            top_p=cfg.sampling.top_p,
+            seed=cfg.seed,
+        )
+        self.optimizer = torch.optim.AdamW(self.policy.model.parameters(), lr=cfg.optim.lr, betas=(0.9, 0.95))
+        self.predictor = build_predictor(cfg.predictor.name, lr=cfg.predictor.lr, seed=cfg.seed)
+        self.online = OnlineTrainer(
+            self.predictor,
+            OnlineConfig(
+                batch_size=cfg.predictor.batch_size,
+                prefix_share=cfg.predictor.prefix_share,
+                buffer_steps=cfg.predictor.buffer_steps,
+                max_updates_per_step=max(cfg.predictor.updates, 1),
+                seed=cfg.seed,
+            ),
+        )
+        self.settings = UpdateSettings(
+            estimator=estimator_for(cfg),
+            normalize_std=cfg.optim.normalize_std,
+            clip=cfg.optim.clip,
+            kl_coef=cfg.optim.kl_coef,
+            loss_agg=cfg.optim.loss_agg,
+            epochs=cfg.optim.epochs,
+            minibatch=cfg.optim.minibatch,
+            max_grad_norm=cfg.optim.max_grad_norm,
+            temperature=cfg.sampling.temperature,
+        )
+
+        def update(trees: list[Any]) -> dict[str, float]:
+            stats = policy_update(
+                self.policy.model, self.optimizer, trees, self.settings, pad_id=self.pad_id, rng=self.rng
+            )
+            self.engine.clear_cache()  # cached keys/values belong to the old weights
+            return stats
+
+        self.parts = StepParts(
+            backend=self.engine,
+            env_factory=self.env_factory,
+            codec=self.codec,
+            sampling=self.sampling,
+            predictor=self.predictor,
+            online=self.online,
+            update_policy=update,
+            max_turns=cfg.env.max_turns,
+            max_concurrency=cfg.sampling.max_concurrency,
+            accounting=cfg.budget.accounting,
+        )
+        if ckpt is not None:
+            self._load_checkpoint(ckpt)
+        (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+
+    def _warm_start(self) -> None:
+        """Supervised warm start on gold trajectories; verifies the copy-learning jump happened."""
+        from trace_rl.envs import gold_trajectory, make_env
+        from trace_rl.policy.sft import SFTConfig, build_sft_examples, train_sft
+        from trace_rl.rollout.agent import ChatCodec
+        from trace_rl.rollout.backends import SamplingParams
+        from trace_rl.rollout.engine import LocalEngine
+        from trace_rl.rollout.evaluate import success_spread
+
+        cfg = self.cfg
+        sft_dir = self.out / "sft"
+        tasks = self.tasks
+        gold = [gold_trajectory(t) for t in tasks]
+        examples = build_sft_examples(tasks, gold, lambda: make_env(cfg.env.name), self.policy.tokenizer)
+        probe = self.tasks[: min(32, len(self.tasks))]
+        codec = ChatCodec(self.policy.tokenizer)
+        sampling = SamplingParams(max_new_tokens=cfg.sampling.max_new_tokens, temperature=1.0, seed=cfg.seed)
+
+        def evaluate(step: int) -> dict[str, float]:
+            engine = LocalEngine(self.policy, max_batch=64)
+            return success_spread(
+                engine, lambda: make_env(cfg.env.name), codec, probe, sampling, samples=8, max_turns=cfg.env.max_turns
+            )
+
+        sft_cfg = SFTConfig(
+            steps=cfg.policy.sft_steps,
+            batch_size=cfg.policy.sft_batch,
+            lr=cfg.policy.sft_lr,
+            eval_every=max(cfg.policy.sft_steps // 4, 1),
+            seed=cfg.seed,
+        )
+        self.log(f"warm start: {cfg.policy.sft_steps} SFT steps on {len(examples)} gold trajectories")
+        result = train_sft(self.policy.model, examples, sft_cfg, pad_id=int(self.policy.tokenizer.pad_token_id or 0), evaluate=evaluate, log=self.log)
+        final = result.history[-1] if result.history else {}
+        sft_dir.mkdir(parents=True, exist_ok=True)
+        (sft_dir / "sft.json").write_text(json.dumps(result.to_dict(), indent=2))
+        self.log(
+            f"warm start done in {result.seconds:.0f}s: success {final.get('mean_success', float('nan')):.3f}, "
+            f"mixed share {final.get('mixed_share', float('nan')):.3f}"
+        )
+        if cfg.policy.require_jump and final.get("mean_success", 0.0) <= 0.0:
+            raise RuntimeError(
+                "the SFT warm start ended without a single success on its probe prompts (no copy-learning jump); "
+                "raise policy.sft_steps or set policy.require_jump=false"
+            )
+        self.policy.save(sft_dir / "policy")
+
+    def prepare_policy_only(self) -> Path:
+        """Load the training tasks and the policy and run the warm start into out/sft/policy (for compare)."""
+        from trace_rl.envs import load_tasks
+        from trace_rl.policy import load_policy
+
+        cfg = self.cfg
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.tasks = load_tasks(cfg.env.name, "train", cfg.env.train_limit, cfg.seed, **cfg.env.task_kwargs)
+        self.policy = load_policy(cfg.policy.name, seed=cfg.seed)
+        self._warm_start()
+        return self.out / "sft" / "policy"
+
+    # ------------------------------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, step: int) -> Path:
+        """Atomically write checkpoints/step_<step>/ (write to a temporary folder, then rename)."""
+        import torch
+
+        root = self.out / "checkpoints"
+        root.mkdir(parents=True, exist_ok=True)
+        final = root / f"step_{step}"
+        tmp = root / f".tmp_step_{step}_{os.getpid()}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        self.policy.save(tmp / "policy")
+        torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save({"predictor": self.predictor.state_dict(), "online": self.online.state_dict()}, tmp / "predictor.pt")
+        torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
+        state = {
+            "step": step,
+            "cursor": {"epoch": self.cursor.epoch, "index": self.cursor.index},
+            "numpy_rng": self.rng.bit_generator.state,
+            "config": self.cfg.to_dict(),
+        }
+        (tmp / "state.json").write_text(json.dumps(state, default=_json_default))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        for old in sorted(root.glob("step_*"), key=lambda p: int(p.name.split("_")[1]))[:-KEEP_CHECKPOINTS]:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    def _load_checkpoint(self, ckpt: Path) -> None:
+        import torch
+
+        state = json.loads((ckpt / "state.json").read_text())
+        self.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))
+        pred = torch.load(ckpt / "predictor.pt", weights_only=False)
+        self.predictor.load_state_dict(pred["predictor"])
+        self.online.load_state_dict(pred["online"])
+        rng = torch.load(ckpt / "rng.pt", weights_only=False)
+        torch.set_rng_state(rng["torch"])
+        random.setstate(rng["python"])
+        self.rng.bit_generator.state = state["numpy_rng"]
+        self.cursor.epoch, self.cursor.index = state["cursor"]["epoch"], state["cursor"]["index"]
+        self.start_step = int(state["step"]) + 1
+        # every step after the checkpoint is redone, so its log lines go
+        path = self.out / "metrics.jsonl"
+        kept = [r for r in read_metrics(path) if int(r.get("step", 0)) <= state["step"]]
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        os.replace(tmp, path)
+        self.log(f"resumed from {ckpt} at step {self.start_step}")
+
+    # ----------------------------------------------------------------------------------------------- eval
+    def evaluate(self, step: int) -> dict[str, Any]:
+        """pass@1 (greedy) on the fixed held-out split."""
+        import asyncio
+
+        from trace_rl.rollout.agent import run_episode
+        from trace_rl.rollout.backends import SamplingParams
+
+        greedy = SamplingParams(max_new_tokens=self.cfg.sampling.max_new_tokens, temperature=0.0, seed=0)
+
+        async def run_all() -> list[float]:
+            eps = await asyncio.gather(
+                *[
+                    run_episode(self.engine, self.env_factory(), self.codec, t, greedy, max_turns=self.cfg.env.max_turns, seed=i)
+                    for i, t in enumerate(self.eval_tasks)
+                ]
+            )
+            return [float(e.reward) for e in eps]
+
+        t0 = time.perf_counter()
+        rewards = asyncio.run(run_all())
+        return {
+            "kind": "eval",
+            "step": step,
+            "method": self.cfg.method,
+            "eval_accuracy": float(np.mean(rewards)) if rewards else float("nan"),
+            "eval_tasks": len(rewards),
+            "eval_s": time.perf_counter() - t0,
+        }
+
+    # ------------------------------------------------------------------------------------------------ loop
+    def run(self, *, progress: bool = True) -> list[dict[str, Any]]:
+        from trace_rl.train.step import training_step
+
+        self.setup()
+        cfg = self.cfg
+        metrics_path = self.out / "metrics.jsonl"
+        writer = _tensorboard(self.out / "tb")
+        records: list[dict[str, Any]] = []
+        bar = _progress(self.start_step, cfg.steps, progress)
+        if self.start_step == 1 and self.eval_tasks:
+            rec = self.evaluate(0)
+            _append_jsonl(metrics_path, rec)
+            _tb_write(writer, rec, 0)
+        for step in range(self.start_step, cfg.steps + 1):
+            pool = [self.tasks[i] for i in self.cursor.take(cfg.env.pool_size)]
+            record, _ = training_step(step, pool, self.method, self.shape, self.parts, self.rng)
+            record["kind"] = "train"
+            _append_jsonl(metrics_path, record)
+            _tb_write(writer, record, step)
+            records.append(record)
+            if self.eval_tasks and cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
+                rec = self.evaluate(step)
+                _append_jsonl(metrics_path, rec)
+                _tb_write(writer, rec, step)
+            if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+                self.save_checkpoint(step)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(
+                    eff=f"{record['effective_ratio']:.2f}",
+                    succ=f"{record['success_rate']:.2f}",
+                    skip=f"{record['skip_rate']:.2f}",
+                    spent=f"{record['budget_spent']:.0f}",
+                )
+            else:
+                self.log(
+                    f"step {step}/{cfg.steps} effective_ratio={record['effective_ratio']:.3f} "
+                    f"success={record['success_rate']:.3f} spent={record['budget_spent']:.1f} wall={record['wall_s']:.1f}s"
+                )
+        if bar is not None:
+            bar.close()
+        if writer is not None:
+            writer.close()
+        return records
+
+
+def _tensorboard(path: Path) -> Any:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # tensorboard not installed: the jsonl log still has everything
+        return None
+    return SummaryWriter(str(path))
+
+
+def _tb_write(writer: Any, record: dict[str, Any], step: int) -> None:
+    if writer is None:
+        return
+    prefix = "eval" if record.get("kind") == "eval" else "train"
+    for key, value in record.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or key == "step":
+            continue
+        writer.add_scalar(f"{prefix}/{key}", value, step)
+    writer.flush()
+
+
+def _progress(start: int, total: int, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=start - 1, desc="train", unit="step", dynamic_ncols=True)
+
+
+def resume_config(out: str | Path) -> TrainConfig:
+    """The config a run in ``out`` was started with (for --resume)."""
+    path = Path(out) / "config.json"
+    if not path.exists():
+        raise ValueError(f"{out} holds no config.json: not a trace-rl run folder")
+    return config_from_dict(json.loads(path.read_text()))
+
+
+def train(cfg: TrainConfig, out: str | Path, *, resume: bool = False, progress: bool = True) -> list[dict[str, Any]]:
+    """Run (or resume) training; returns this invocation's step records."""
+    return Trainer(cfg, out, resume=resume).run(progress=progress)
+
+
+def summarize(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Means over a run's train records of the headline metrics, and the last eval accuracy."""
+    train_recs = [r for r in records if r.get("kind", "train") == "train"]
+    evals = [r for r in records if r.get("kind") == "eval"]
+    keys = ("effective_ratio", "success_rate", "budget_spent", "skip_rate", "active_prompts", "replays", "wall_s")
+    out = {k: float(np.mean([r[k] for r in train_recs])) for k in keys if train_recs}
+    if evals:
+        out["eval_accuracy"] = float(evals[-1]["eval_accuracy"])
+        out["eval_accuracy_first"] = float(evals[0]["eval_accuracy"])
+    return out

@@ -1,0 +1,265 @@
+"""One TRACE training step (DESIGN.md section 1), with the method's strategies passed in as arguments.
+
+    1. score the candidate pool with the predictor                         -> v_i
+    2. allocate root rollouts with the method's root strategy              -> m_i (0 = skip)
+    3. per prompt, as soon as ITS roots return: score its anchors, q_j = r_j V_j + (1-r_j)(1-V_j),
+       allocate replays with the method's prefix strategy (local budget N m_i), replay from save points
+    4. refresh the predictor on the bottom-up targets of the new trees
+    5. update the policy with a tree-aware estimator on the trees
+
+Baselines are the same step with other strategies (`trace_rl.allocation.METHODS`). Until the predictor has been
+updated once (cold start) its estimates are only a prior, so methods that use it fall back to uniform
+allocation: flat methods to GRPO's random batch, tree methods to TreePO's uniform roots and random anchors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trace_rl.allocation import (
+    METHODS,
+    BudgetShape,
+    Method,
+    repeat_probability,
+    token_aware_costs,
+)
+from trace_rl.metrics import effective_ratio, replay_depth_histogram
+from trace_rl.predictor.examples import node_examples
+from trace_rl.predictor.serialize import serialize_anchor
+from trace_rl.rollout.scheduler import PromptResult, run_plan
+from trace_rl.tree import RolloutTree
+from trace_rl.types import Anchor, RootPlan, Task
+
+
+@dataclass
+class StepParts:
+    """What a step needs besides the method: engines, environment, predictor and the policy update.
+
+    Attributes:
+        backend: generation backend (e.g. `trace_rl.rollout.engine.LocalEngine`).
+        env_factory: makes a fresh environment (Env protocol).
+        codec: chat codec of the policy's tokenizer.
+        sampling: `trace_rl.rollout.backends.SamplingParams`.
+        predictor: a `SuccessPredictor` (predict / update / is_warm).
+        online: the predictor's `OnlineTrainer` (observe_step after each step).
+        update_policy: callable(trees) -> dict of update metrics (runs the optimizer).
+        max_turns, max_concurrency: episode and scheduler limits.
+        accounting: "paper" or "token" (DESIGN.md section 2).
+        max_chars: serialization budget of predictor texts.
+    """
+
+    backend: Any
+    env_factory: Callable[[], Any]
+    codec: Any
+    sampling: Any
+    predictor: Any
+    online: Any
+    update_policy: Callable[[list[RolloutTree]], dict[str, float]]
+    max_turns: int = 4
+    max_concurrency: int = 64
+    accounting: str = "paper"
+    max_chars: int = 2048
+    timers: dict[str, float] = field(default_factory=dict)
+
+    def tick(self, key: str, seconds: float) -> None:
+        self.timers[key] = self.timers.get(key, 0.0) + seconds
+
+
+def effective_method(method: Method, predictor_warm: bool) -> Method:
+    """The cold-start rule: before the first predictor update, predictor-driven methods allocate uniformly."""
+    if predictor_warm or not method.uses_predictor:
+        return method
+    return METHODS["treepo"] if method.has_replays else METHODS["grpo"]
+
+
+UNITS_PER_ROLLOUT = 8  # token-aware accounting: integer cost units per full rollout
+
+
+def prefix_callback(
+    method: Method, parts: StepParts, shape: BudgetShape, rng: np.random.Generator, spent_units: list[int]
+) -> Callable[[Task, RolloutTree, Sequence[Anchor], Sequence[Any], int], np.ndarray]:
+    """The scheduler's per-prompt callback: score this prompt's anchors and allocate its replays.
+
+    With "paper" accounting ``budget`` counts replays (N m_i) and each costs ``shape.replay_cost``. With "token"
+    accounting ``budget`` is in integer units (UNITS_PER_ROLLOUT per full rollout) and a replay from anchor j
+    costs ceil(8 * remaining_j / mean rollout tokens), remaining_j being the model tokens the original rollout
+    generated after anchor j (its expected remaining work); `spent_units` collects what each prompt spent.
+    """
+
+    def allocate(
+        task: Task, tree: RolloutTree, anchors: Sequence[Anchor], points: Sequence[Any], budget: int
+    ) -> np.ndarray:
+        if not anchors or budget <= 0:
+            return np.zeros(len(anchors), dtype=np.int64)
+        t0 = time.perf_counter()
+        texts = [serialize_anchor(task.prompt, _history(tree, a.node), max_chars=parts.max_chars) for a in anchors]
+        values = parts.predictor.predict(texts)
+        q = repeat_probability(np.array([a.reward for a in anchors], dtype=np.float64), values)
+        parts.tick("predictor", time.perf_counter() - t0)
+        t1 = time.perf_counter()
+        if parts.accounting == "token":
+            remaining, full = _token_work(tree, anchors)
+            cost = token_aware_costs(remaining, full, units_per_rollout=UNITS_PER_ROLLOUT)
+            k = method.prefixes(q, budget, rng, cost)
+            spent_units.append(int((cost * k).sum()))
+        else:
+            k = method.prefixes(q, budget, rng, None)
+        parts.tick("allocation", time.perf_counter() - t1)
+        return k
+
+    return allocate
+
+
+def _tool_seconds(factory: Any) -> float:
+    """Cumulative env.step seconds of a `TimedEnvFactory` (0 for plain factories)."""
+    return float(getattr(factory, "seconds", 0.0))
+
+
+def _history(tree: RolloutTree, node: int) -> list[Any]:
+    """The turns from the prompt down to ``node`` (the anchor's interaction history)."""
+    return [tree.turns[int(y)] for y in tree.path_to(node)[1:]]
+
+
+def _model_tokens(tree: RolloutTree, node: int) -> float:
+    turn = tree.turns[node]
+    return float(turn.loss_mask.sum()) if turn is not None else 0.0
+
+
+def _token_work(tree: RolloutTree, anchors: Sequence[Anchor]) -> tuple[np.ndarray, float]:
+    """Model tokens each anchor's rollout generated after it, and the mean model tokens of a root rollout."""
+    remaining = []
+    chain_leaf = tree.chain_leaf()
+    for a in anchors:
+        leaf = int(chain_leaf[a.node])
+        path = [int(y) for y in tree.path_to(leaf)]
+        after = path[path.index(int(a.node)) + 1 :]
+        remaining.append(sum(_model_tokens(tree, y) for y in after))
+    totals = [sum(_model_tokens(tree, int(y)) for y in p[1:]) for p in tree.paths() if not tree.is_replay[p[-1]]]
+    return np.asarray(remaining, dtype=np.float64), max(float(np.mean(totals)) if totals else 1.0, 1.0)
+
+
+def training_step(
+    step: int,
+    pool: Sequence[Task],
+    method: Method,
+    shape: BudgetShape,
+    parts: StepParts,
+    rng: np.random.Generator,
+) -> tuple[dict[str, Any], list[PromptResult]]:
+    """Run one step of ``method`` on a candidate pool; returns (metrics record, per-prompt results).
+
+    Raises:
+        ValueError: from the strategies (e.g. a pool smaller than the batch size).
+    """
+    parts.timers = {}
+    t_start = time.perf_counter()
+
+    # 1. score the candidate pool
+    t0 = time.perf_counter()
+    warm = bool(parts.predictor.is_warm)
+    prompt_texts = [serialize_anchor(t.prompt, [], max_chars=parts.max_chars) for t in pool]
+    v = parts.predictor.predict(prompt_texts)
+    parts.tick("predictor", time.perf_counter() - t0)
+    used = effective_method(method, warm)
+
+    # 2. allocate root rollouts
+    t0 = time.perf_counter()
+    plan: RootPlan = used.roots(v, shape, rng)
+    if parts.accounting == "token":  # local budgets in integer cost units instead of replays
+        units = np.round(plan.replay_budget * shape.replay_cost * UNITS_PER_ROLLOUT)
+        plan = dataclasses.replace(plan, replay_budget=units)
+    parts.tick("allocation", time.perf_counter() - t0)
+    spent_units: list[int] = []
+
+    # 3. roots, then per-prompt prefix expansion as soon as that prompt's roots return
+    t0 = time.perf_counter()
+    inside0 = parts.timers.get("predictor", 0.0) + parts.timers.get("allocation", 0.0)
+    tools0 = _tool_seconds(parts.env_factory)
+    results = asyncio.run(
+        run_plan(
+            plan,
+            list(pool),
+            parts.backend,
+            parts.env_factory,
+            parts.codec,
+            parts.sampling,
+            prefix_callback(used, parts, shape, rng, spent_units),
+            max_turns=parts.max_turns,
+            max_concurrency=parts.max_concurrency,
+            replay_cost=shape.replay_cost,
+            seed=int(rng.integers(2**31)),
+            tree_factory=lambda ids, meta: RolloutTree.new(prompt_ids=ids, meta=meta),
+        )
+    )
+    inside = parts.timers.get("predictor", 0.0) + parts.timers.get("allocation", 0.0) - inside0
+    tools = _tool_seconds(parts.env_factory) - tools0
+    parts.tick("tools", tools)
+    parts.tick("generation", time.perf_counter() - t0 - inside - tools)  # exclusive of callbacks and tools
+    trees = [r.tree for r in results]
+
+    # 4. refresh the predictor on the bottom-up targets
+    t0 = time.perf_counter()
+    examples = [ex for r in results for ex in node_examples(r.tree, r.task.prompt, max_chars=parts.max_chars)]
+    pred_metrics = parts.online.observe_step(examples) if examples else {}
+    parts.tick("predictor", time.perf_counter() - t0)
+
+    # 5. update the policy on the trees
+    t0 = time.perf_counter()
+    update_metrics = parts.update_policy(trees) if trees else {}
+    parts.tick("update", time.perf_counter() - t0)
+
+    wall = time.perf_counter() - t_start
+    roots = [e for r in results for e in r.roots]
+    replays = [e for r in results for _, e in r.replays]
+    depths = [int(ep.start_depth) for ep in replays]
+    hist = np.bincount(np.asarray(depths, dtype=np.int64), minlength=parts.max_turns + 1) if depths else []
+    record: dict[str, Any] = {
+        "step": step,
+        "method": method.name,
+        "allocation": used.name,
+        "predictor_warm": warm,
+        "budget_spent": (
+            float(len([e for r in results for e in r.roots]) + sum(spent_units) / UNITS_PER_ROLLOUT)
+            if parts.accounting == "token"
+            else float(sum(r.spent for r in results))
+        ),
+        "budget_total": shape.total,
+        "effective_ratio": effective_ratio(trees) if trees else 0.0,
+        "success_rate": float(np.mean([e.reward for e in roots])) if roots else 0.0,
+        "skip_rate": 1.0 - plan.num_active / max(len(pool), 1),
+        "active_prompts": plan.num_active,
+        "root_rollouts": len(roots),
+        "replays": len(replays),
+        "replay_depths": [int(x) for x in hist],
+        "rollouts_per_active_prompt": (len(roots) + len(replays)) / max(plan.num_active, 1),
+        "tokens_generated": int(sum(r.sampled_tokens for r in results)),
+        "tool_calls": int(sum(len(t.info.get("tool_calls", []) or []) for e in roots + replays for t in e.turns)),
+        "wall_s": wall,
+        "time_generation_s": parts.timers.get("generation", 0.0),
+        "time_tools_s": parts.timers.get("tools", 0.0),
+        "time_predictor_s": parts.timers.get("predictor", 0.0),
+        "time_allocation_s": parts.timers.get("allocation", 0.0),
+        "time_update_s": parts.timers.get("update", 0.0),
+    }
+    record["predictor_share"] = record["time_predictor_s"] / wall if wall > 0 else 0.0
+    record.update(_predictor_fields(pred_metrics))
+    record.update({f"update_{k}": v for k, v in update_metrics.items()})
+    if depths:
+        record["replay_depth_histogram"] = replay_depth_histogram(trees).tolist() if trees else []
+    return record, results
+
+
+def _predictor_fields(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Flatten the online trainer's report into the metric names the log promises."""
+    out: dict[str, Any] = {"predictor_mse": float("nan"), "predictor_spearman": float("nan")}
+    for key, value in metrics.items():
+        if isinstance(value, int | float):
+            out[f"predictor_{key}" if not key.startswith("predictor_") else key] = float(value)
+    return out

@@ -1,0 +1,145 @@
+"""Policy update on rollout trees: tree-aware advantages -> per-token advantages -> clipped surrogate.
+
+Each root-to-leaf path is one training sequence (prompt ids + the sampled turn ids, never re-tokenised);
+model tokens carry the advantage, tool/observation tokens are masked (trace_rl.advantages.token_advantages,
+shared prefixes counted "per_path"). Sequences whose tokens all have zero advantage contribute no gradient and
+are dropped before the forward pass (they would only dilute token-mean aggregation). The log-probabilities
+are recomputed under softmax(logits / temperature), the distribution the engine sampled from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trace_rl.advantages import grpo_advantages, token_advantages, tree_grpo_advantages, treerpo_advantages
+from trace_rl.advantages.tokens import PathTokens
+from trace_rl.tree import RolloutTree
+
+ESTIMATORS: dict[str, Callable[..., np.ndarray]] = {
+    "grpo": grpo_advantages,
+    "tree_grpo": tree_grpo_advantages,
+    "treerpo": treerpo_advantages,
+}
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    estimator: str = "treerpo"
+    normalize_std: bool = True
+    clip: float = 0.2
+    kl_coef: float = 0.0
+    loss_agg: str = "token-mean"
+    epochs: int = 1
+    minibatch: int = 32
+    max_grad_norm: float = 1.0
+    temperature: float = 1.0
+
+
+def training_rows(trees: Sequence[RolloutTree], settings: UpdateSettings) -> list[PathTokens]:
+    """One PathTokens per leaf of every tree, with the estimator's advantages; zero-advantage rows dropped."""
+    try:
+        estimate = ESTIMATORS[settings.estimator]
+    except KeyError:
+        raise ValueError(f"unknown estimator {settings.estimator!r}; choose {', '.join(ESTIMATORS)}") from None
+    rows: list[PathTokens] = []
+    for tree in trees:
+        if tree.num_leaves == 0:
+            continue
+        adv = estimate(tree, normalize_std=settings.normalize_std)
+        rows.extend(p for p in token_advantages(tree, adv) if np.any(p.advantages != 0))
+    return rows
+
+
+def sequence_logprobs(model: Any, rows: Sequence[PathTokens], temperature: float, pad_id: int) -> Any:
+    """Log-probabilities (B, T) of each row's turn tokens under ``model`` (T = longest turn span, 0-padded)."""
+    import torch
+
+    full = [np.concatenate([r.prompt_ids, r.token_ids]) for r in rows]
+    width = max(len(f) for f in full)
+    span = max(len(r.token_ids) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    att = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, f in enumerate(full):
+        ids[i, : len(f)] = torch.as_tensor(f)
+        att[i, : len(f)] = 1
+    logits = model(input_ids=ids, attention_mask=att).logits.float() / temperature
+    logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)  # (B, W-1)
+    out = torch.zeros((len(rows), span), dtype=logp.dtype)
+    for i, r in enumerate(rows):
+        p, t = len(r.prompt_ids), len(r.token_ids)
+        out[i, :t] = logp[i, p - 1 : p - 1 + t]  # token at position p + j is predicted at p + j - 1
+    return out
+
+
+def _pad(arrays: Sequence[np.ndarray], width: int, dtype: Any) -> Any:
+    import torch
+
+    out = torch.zeros((len(arrays), width), dtype=dtype)
+    for i, a in enumerate(arrays):
+        out[i, : len(a)] = torch.as_tensor(np.asarray(a))
+    return out
+
+
+def policy_update(
+    model: Any,
+    optimizer: Any,
+    trees: Sequence[RolloutTree],
+    settings: UpdateSettings,
+    *,
+    pad_id: int,
+    rng: np.random.Generator,
+    ref_model: Any | None = None,
+) -> dict[str, float]:
+    """Clipped-surrogate update of ``model`` on the trees' paths (PPO/GRPO loss, trace_rl.advantages.losses).
+
+    Returns:
+        mean "loss", "pg_loss", "clip_fraction", "approx_kl", "grad_norm" over minibatches, plus "rows" (training
+        sequences with non-zero advantage) and "tokens" (model tokens trained on).
+    """
+    import torch
+
+    from trace_rl.advantages.losses import policy_loss
+
+    rows = training_rows(trees, settings)
+    stats: dict[str, list[float]] = {}
+    if not rows:
+        return {"rows": 0.0, "tokens": 0.0}
+    model.train()
+    for _ in range(settings.epochs):
+        order = rng.permutation(len(rows))
+        for start in range(0, len(rows), settings.minibatch):
+            batch = [rows[int(i)] for i in order[start : start + settings.minibatch]]
+            span = max(len(r.token_ids) for r in batch)
+            mask = _pad([r.loss_mask for r in batch], span, torch.float32)
+            old = _pad([r.logprobs for r in batch], span, torch.float32)
+            adv = _pad([r.advantages for r in batch], span, torch.float32)
+            new = sequence_logprobs(model, batch, settings.temperature, pad_id)
+            ref = None
+            if settings.kl_coef > 0 and ref_model is not None:
+                with torch.no_grad():
+                    ref = sequence_logprobs(ref_model, batch, settings.temperature, pad_id)
+            loss, info = policy_loss(
+                new,
+                old,
+                adv,
+                mask,
+                ref_logprobs=ref,
+                kl_coef=settings.kl_coef if ref is not None else 0.0,
+                clip_low=settings.clip,
+                loss_agg=settings.loss_agg,  # type: ignore[arg-type]
+            )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+            optimizer.step()
+            for key, value in {"loss": loss.detach(), **info, "grad_norm": grad}.items():
+                stats.setdefault(key, []).append(float(value))
+    model.eval()
+    out = {k: float(np.mean(v)) for k, v in stats.items()}
+    out["rows"] = float(len(rows))
+    out["tokens"] = float(sum(int(r.loss_mask.sum()) for r in rows))
+    return out

@@ -1,0 +1,59 @@
+"""Typed configs: presets load, overrides apply, and every bad key or value is one clear ConfigError."""
+
+import pytest
+
+from trace_rl.train.config import ConfigError, estimator_for, load_config, preset_names
+
+
+def test_presets_exist_and_validate() -> None:
+    names = preset_names()
+    for required in ("smoke", "demo", "smollm2-math", "bfcl", "multihop_qa"):
+        assert required in names
+    for name in names:
+        cfg = load_config(preset=name)
+        assert cfg.preset == name
+
+
+def test_overrides_and_types() -> None:
+    cfg = load_config(preset="smoke", overrides=["budget.roots=16", "optim.lr=3e-4", "method=grpo", "env.train_limit=none"])
+    assert cfg.budget.roots == 16 and cfg.optim.lr == pytest.approx(3e-4) and cfg.method == "grpo"
+    assert cfg.env.train_limit is None
+    assert estimator_for(cfg) == "grpo"  # flat method
+    assert estimator_for(load_config(preset="smoke")) == "treerpo"  # math + tree method
+    assert estimator_for(load_config(preset="bfcl")) == "tree_grpo"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["budget.rootz=3"], "budget.rootz: unknown key"),
+        (["nonsense=1"], "nonsense: unknown key"),
+        (["budget.roots=abc"], "budget.roots: expected an integer"),
+        (["budget.roots=12"], "multiple of group_size"),
+        (["method=ppo"], "method: unknown method 'ppo'"),
+        (["sampling.temperature=0"], "sampling.temperature"),
+        (["env.pool_size=2"], "env.pool_size: must be at least the baselines' batch size"),
+        (["optim.estimator=magic"], "optim.estimator"),
+        (["budget.accounting=tokens"], "budget.accounting"),
+        (["env=3"], "env: expected a section"),
+        (["justtext"], "expected section.key=value"),
+    ],
+)
+def test_bad_values_are_one_line_errors(overrides, message) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as info:
+        load_config(preset="smoke", overrides=overrides)
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_preset_and_file(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="unknown preset 'nope'"):
+        load_config(preset="nope")
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(file=tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- a list\n- not a mapping\n")
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_config(file=bad)
+    good = tmp_path / "good.yaml"
+    good.write_text("method: pcl\nbudget: {roots: 16}\n")
+    assert load_config(file=good).method == "pcl"
