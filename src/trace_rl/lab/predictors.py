@@ -121,8 +121,8 @@ class NoisyOraclePredictor:
         """Noisy estimates for true probabilities v (any shape)."""
         vv = np.asarray(v, dtype=np.float64)
         k = self.rng.binomial(self.information, vv)
-        out: FloatArray = (self.prior_a + k) / (self.prior_a + self.prior_b + self.information)
-        return out
+        out = (self.prior_a + k) / (self.prior_a + self.prior_b + self.information)
+        return np.asarray(out, dtype=np.float64)
 
     def predict(self, queries: Sequence[Query]) -> FloatArray:
         return self.from_truth(np.asarray([true_probability(q) for q in queries], dtype=np.float64))

@@ -248,7 +248,7 @@ def _progress(start: FloatArray, states: FloatArray) -> IntArray:
     with np.errstate(invalid="ignore"):
         path = _logit(np.concatenate([start[:, None], states], axis=1))
         delta = np.diff(path, axis=1)
-    out = np.searchsorted(_PROGRESS_EDGES, np.nan_to_num(delta)).astype(np.int64)
+    out: IntArray = np.searchsorted(_PROGRESS_EDGES, np.nan_to_num(delta)).astype(np.int64)
     out[np.isnan(states)] = -1
     return out
 
