@@ -232,7 +232,8 @@ def remaining_turns(pool: Pool, prompts: IntArray, depth: IntArray, rng: np.rand
         )
     first = np.maximum(lo, depth + 1)
     total = first + np.floor(rng.random(prompts.shape[0]) * (hi - first + 1)).astype(np.int64)
-    return (total - depth).astype(np.int64)
+    out: IntArray = (total - depth).astype(np.int64)
+    return out
 
 
 def _logit(v: FloatArray) -> FloatArray:
