@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from typing import Any
 
@@ -70,6 +71,8 @@ def run_plot_cmd(args: argparse.Namespace) -> int:
 
     if args.seeds < 1:
         raise ValueError(f"--seeds must be at least 1; got {args.seeds}")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise ValueError(f"--out {args.out!r} exists and is not a directory")
     for path in write_plots(args.out, seeds=args.seeds):
         print(path)
     return 0
