@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 EXTRAS ?= ml,dev,envs
 # Packages checked with mypy --strict (pure, dependency-light code).
 MYPY_STRICT := src/trace_rl/types.py src/trace_rl/allocation src/trace_rl/tree src/trace_rl/advantages \
-               src/trace_rl/metrics/__init__.py src/trace_rl/metrics/trees.py
+               src/trace_rl/metrics/__init__.py src/trace_rl/metrics/trees.py src/trace_rl/lab
 
 .PHONY: install demo test lint typecheck contracts bench clean
 

@@ -23,6 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     from trace_rl.cli import env_check
 
     env_check.register(sub)
+    from trace_rl.cli import lab
+
+    lab.register(sub)
     return parser
 
 
