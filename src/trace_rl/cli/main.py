@@ -37,6 +37,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, ValueError) as exc:
         print(f"trace-rl {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # unwritable output path, missing folder, full disk: one line, no traceback
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        print(f"trace-rl {args.command}: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
