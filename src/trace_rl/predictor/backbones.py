@@ -152,6 +152,9 @@ def load_hf(path: str, pooling: str | None = None, dtype: str = "float32") -> tu
         raise ValueError(f"dtype must be 'float32' or 'bfloat16'; got {dtype!r}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoModel, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModel.from_pretrained(path, dtype=getattr(torch, dtype))

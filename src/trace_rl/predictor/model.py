@@ -7,6 +7,7 @@ outputs exactly the prior (0.5) for every text: the cold start is a prior, not n
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import time
@@ -259,7 +260,8 @@ class TorchSuccessPredictor:
             "config": asdict(self.config),
             "backbone": {k: v.detach().cpu().clone() for k, v in self.backbone.state_dict().items()},
             "head": {k: v.detach().cpu().clone() for k, v in self.head.state_dict().items()},
-            "optimizer": self.optimizer.state_dict(),
+            # deep copy: torch's optimizer state_dict shares its moment tensors with the live optimizer
+            "optimizer": copy.deepcopy(self.optimizer.state_dict()),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
