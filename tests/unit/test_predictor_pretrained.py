@@ -13,7 +13,10 @@ pytest.importorskip("transformers")
 
 from trace_rl.predictor import build_predictor  # noqa: E402
 
-TEXTS = ["[PROMPT]\nWhat is 3 + 4?\n", "[PROMPT]\nWhat is 17 * 23 - 5?\n[TURN 1]\ncall\n[OBSERVATION 1]\n386\n"]
+TEXTS = [
+    "[PROMPT]\nWhat is 3 + 4?\n",
+    "[PROMPT]\nWhat is 17 * 23 - 5?\n[TURN 1]\ncall\n[OBSERVATION 1]\n386\n",
+]
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -14,7 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from trace_rl.predictor.base import DEFAULT_EPS, DEFAULT_PRIOR, SuccessPredictor, validate_texts, validate_update
+from trace_rl.predictor.base import (
+    DEFAULT_EPS,
+    DEFAULT_PRIOR,
+    SuccessPredictor,
+    validate_texts,
+    validate_update,
+)
 from trace_rl.predictor.examples import NodeExample, leaf_counts, node_examples, split_by_level
 from trace_rl.predictor.online import OnlineConfig, OnlineTrainer
 from trace_rl.predictor.serialize import clip_token_ids, serialize_anchor

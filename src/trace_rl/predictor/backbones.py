@@ -16,7 +16,9 @@ import torch
 from torch import nn
 
 #: Encoder-only model types that use mean pooling; every other Hugging Face model uses last-token pooling.
-ENCODER_TYPES = frozenset({"bert", "roberta", "distilbert", "deberta", "deberta-v2", "xlm-roberta", "electra", "mpnet"})
+ENCODER_TYPES = frozenset(
+    {"bert", "roberta", "distilbert", "deberta", "deberta-v2", "xlm-roberta", "electra", "mpnet"}
+)
 
 
 class ByteTokenizer:
@@ -111,7 +113,8 @@ class HFBackbone(nn.Module):
             raise ValueError(f"pooling must be 'mean' or 'last'; got {pooling!r}")
         self.model = model
         self.pooling = pooling
-        self.hidden_size = int(model.config.hidden_size)
+        config: Any = model.config
+        self.hidden_size = int(config.hidden_size)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.model(input_ids=input_ids, attention_mask=attention_mask.long()).last_hidden_state

@@ -154,7 +154,7 @@ def reliability_bins(
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     idx = np.minimum((p * n_bins).astype(np.int64), n_bins - 1)
     count = np.bincount(idx, minlength=n_bins).astype(np.int64)
-    weight = np.bincount(idx, weights=w, minlength=n_bins)
+    weight = np.bincount(idx, weights=w, minlength=n_bins).astype(np.float64)
     sum_p = np.bincount(idx, weights=w * p, minlength=n_bins)
     sum_t = np.bincount(idx, weights=w * t, minlength=n_bins)
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -90,7 +90,12 @@ PRESETS: dict[str, PredictorConfig] = {
     "tiny": PredictorConfig(lr=1e-3, max_tokens=512, head_tokens=128, max_chars=508),
     "minilm": PredictorConfig(lr=1e-3, backbone_lr=5e-5, max_tokens=256, head_tokens=96, max_chars=1024),
     "hf": PredictorConfig(
-        lr=1e-3, backbone_lr=1e-5, max_tokens=1024, head_tokens=256, max_chars=4096, predict_batch_size=16,
+        lr=1e-3,
+        backbone_lr=1e-5,
+        max_tokens=1024,
+        head_tokens=256,
+        max_chars=4096,
+        predict_batch_size=16,
         train_micro_batch=8,
     ),
 }
@@ -134,7 +139,9 @@ class TorchSuccessPredictor:
         backbone_lr = config.lr if config.backbone_lr is None else config.backbone_lr
         groups = [{"params": list(self.head.parameters()), "lr": config.lr}]
         if backbone_lr > 0:
-            groups.append({"params": [p for p in backbone.parameters() if p.requires_grad], "lr": backbone_lr})
+            groups.append(
+                {"params": [p for p in backbone.parameters() if p.requires_grad], "lr": backbone_lr}
+            )
         else:
             backbone.requires_grad_(False)
         self.optimizer = torch.optim.AdamW(groups, weight_decay=config.weight_decay)
@@ -154,11 +161,15 @@ class TorchSuccessPredictor:
         return dict(self._timing)
 
     def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.backbone.parameters()) + sum(p.numel() for p in self.head.parameters())
+        return sum(p.numel() for p in self.backbone.parameters()) + sum(
+            p.numel() for p in self.head.parameters()
+        )
 
     # ------------------------------------------------------------------ batching
     def _batch(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        ids = [clip_token_ids(x, self.config.max_tokens, self.config.head_tokens) for x in self._encode(texts)]
+        ids = [
+            clip_token_ids(x, self.config.max_tokens, self.config.head_tokens) for x in self._encode(texts)
+        ]
         length = max(1, max(len(x) for x in ids))
         input_ids = torch.full((len(ids), length), self._pad_id, dtype=torch.long)
         mask = torch.zeros((len(ids), length), dtype=torch.bool)
@@ -188,7 +199,9 @@ class TorchSuccessPredictor:
         items = validate_texts(texts)
         start = time.perf_counter()
         out = np.empty(len(items), dtype=np.float64)
-        order = np.argsort([len(t) for t in items], kind="stable")  # similar lengths share a batch: less padding
+        order = np.argsort(
+            [len(t) for t in items], kind="stable"
+        )  # similar lengths share a batch: less padding
         bs = self.config.predict_batch_size
         self.backbone.eval()
         with torch.inference_mode():
@@ -292,7 +305,9 @@ def build_torch_predictor(name_or_path: str, **overrides: Any) -> TorchSuccessPr
         raise ValueError(f"predictor name must be a non-empty string; got {name_or_path!r}")
     from trace_rl.predictor import backbones
 
-    encoder_kwargs = {k: overrides.pop(k) for k in ("d_model", "n_layers", "n_heads", "d_ff") if k in overrides}
+    encoder_kwargs = {
+        k: overrides.pop(k) for k in ("d_model", "n_layers", "n_heads", "d_ff") if k in overrides
+    }
     pooling = overrides.pop("pooling", None)
     key = name_or_path if name_or_path in ("tiny", "minilm") else "hf"
     try:

@@ -85,7 +85,9 @@ class _Cycler:
         while len(out) < min(k, self.n):
             if not self.queue:
                 perm = [int(i) for i in self.rng.permutation(self.n)]
-                taken = set(out)  # already in this batch: put them at the end of the new epoch (we pop the tail)
+                taken = set(
+                    out
+                )  # already in this batch: put them at the end of the new epoch (we pop the tail)
                 self.queue = [i for i in perm if i in taken] + [i for i in perm if i not in taken]
             out.append(self.queue.pop())
         return out
@@ -113,7 +115,7 @@ class OnlineTrainer:
             return b, 0
         if not has_prompt:
             return 0, b
-        n_prefix = int(round(self.config.prefix_share * b))
+        n_prefix = round(self.config.prefix_share * b)
         return b - n_prefix, n_prefix
 
     def plan_batches(self) -> list[list[NodeExample]]:
@@ -146,12 +148,14 @@ class OnlineTrainer:
                 elif not pool_cur:
                     k_cur = 0
                 else:
-                    k_cur = int(round(cfg.current_share * slots))
+                    k_cur = round(cfg.current_share * slots)
                 k_cur = min(k_cur, len(pool_cur))
                 k_old = min(slots - k_cur, len(pool_old))
                 batch.extend(pool_cur[i] for i in cyclers[level].take(k_cur))
                 if k_old:
-                    batch.extend(pool_old[int(i)] for i in self.rng.choice(len(pool_old), k_old, replace=False))
+                    batch.extend(
+                        pool_old[int(i)] for i in self.rng.choice(len(pool_old), k_old, replace=False)
+                    )
             if batch:
                 batches.append(batch)
         return batches
@@ -201,7 +205,9 @@ class OnlineTrainer:
         losses: list[float] = []
         update_seconds = 0.0
         for batch in self.plan_batches():
-            out = self.predictor.update([e.text for e in batch], [e.target for e in batch], [e.weight for e in batch])
+            out = self.predictor.update(
+                [e.text for e in batch], [e.target for e in batch], [e.weight for e in batch]
+            )
             losses.append(out["loss"])
             update_seconds += out.get("seconds", 0.0)
         metrics["predictor/updates"] = float(len(losses))

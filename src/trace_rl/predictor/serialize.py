@@ -95,7 +95,9 @@ def serialize_anchor(prompt: str, turns: Sequence[TurnLike] = (), *, max_chars: 
         text = getattr(turn, "text", None)
         obs = getattr(turn, "observation", None)
         if not isinstance(text, str) or not isinstance(obs, str):
-            raise ValueError(f"turn {i + 1} must have string fields 'text' and 'observation'; got {turn!r:.80}")
+            raise ValueError(
+                f"turn {i + 1} must have string fields 'text' and 'observation'; got {turn!r:.80}"
+            )
         blocks.append(turn_block(turn, i + 1))
 
     header = "[PROMPT]\n"
