@@ -121,14 +121,14 @@ def arithmetic_task(rng: np.random.Generator, n: int) -> tuple[list[str], np.nda
 
 
 def test_tiny_predictor_learns_a_hidden_rule_from_noisy_targets() -> None:
-    """Default 'tiny' backbone, 200 updates of 16 texts with targets = success rate of 4 Bernoulli draws."""
+    """Default 'tiny' backbone, 300 updates of 16 texts with targets = success rate of 4 Bernoulli draws."""
     rng = np.random.default_rng(0)
     pred = build_predictor("tiny", device="cpu")
     held_out, p_true = arithmetic_task(rng, 200)
     assert spearman(pred.predict(held_out), p_true) != spearman(
         pred.predict(held_out), p_true
     )  # NaN: constant
-    for _ in range(200):
+    for _ in range(300):
         texts, p = arithmetic_task(rng, 16)
         pred.update(texts, rng.binomial(4, p) / 4.0)
     rho = spearman(pred.predict(held_out), p_true)

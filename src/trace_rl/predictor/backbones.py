@@ -40,7 +40,12 @@ class ByteTokenizer:
 
 
 class TinyEncoder(nn.Module):
-    """Token + learned position embeddings, ``n_layers`` pre-norm transformer layers, masked mean pooling."""
+    """Byte embeddings -> strided patches -> pre-norm transformer layers -> masked mean pooling.
+
+    ``patch`` consecutive bytes are merged into one position by a strided convolution (as in byte-patch models
+    such as MegaByte), so the transformer sees ``ceil(L / patch)`` positions: the attention cost drops by
+    patch^2 and the rest by ``patch`` while every byte still reaches the model.
+    """
 
     def __init__(
         self,
@@ -48,15 +53,20 @@ class TinyEncoder(nn.Module):
         d_model: int = 128,
         n_layers: int = 2,
         n_heads: int = 4,
-        d_ff: int = 512,
+        d_ff: int = 256,
         max_len: int = 512,
+        patch: int = 4,
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
+        if patch < 1:
+            raise ValueError(f"patch must be >= 1; got {patch}")
         self.max_len = max_len
+        self.patch = patch
         self.hidden_size = d_model
         self.tok = nn.Embedding(vocab_size, d_model)
-        self.pos = nn.Embedding(max_len, d_model)
+        self.merge = nn.Conv1d(d_model, d_model, kernel_size=patch, stride=patch)
+        self.pos = nn.Embedding(-(-max_len // patch), d_model)
         layer = nn.TransformerEncoderLayer(
             d_model, n_heads, d_ff, dropout=dropout, activation="gelu", batch_first=True, norm_first=True
         )
@@ -67,11 +77,18 @@ class TinyEncoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """input_ids int64 (B, L), attention_mask bool (B, L) -> features float32 (B, d_model)."""
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        x = self.tok(input_ids) + self.pos(positions)[None]
-        x = self.layers(x, src_key_padding_mask=~attention_mask)
+        b, length = input_ids.shape
+        pad = (-length) % self.patch
+        if pad:
+            input_ids = nn.functional.pad(input_ids, (0, pad), value=0)
+            attention_mask = nn.functional.pad(attention_mask, (0, pad), value=False)
+        x = self.tok(input_ids) * attention_mask[..., None]  # padded bytes contribute nothing to a patch
+        x = self.merge(x.transpose(1, 2)).transpose(1, 2)  # (B, L / patch, d)
+        mask = attention_mask.view(b, -1, self.patch).any(-1)  # a patch is real if it holds a real byte
+        x = x + self.pos(torch.arange(x.shape[1], device=x.device))[None]
+        x = self.layers(x, src_key_padding_mask=~mask)
         x = self.norm(x)
-        return masked_mean(x, attention_mask)
+        return masked_mean(x, mask)
 
 
 def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

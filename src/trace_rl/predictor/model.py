@@ -87,7 +87,8 @@ class PredictorConfig:
 #: Per-backbone defaults. Character budgets: bytes for "tiny" (one token per ASCII character), about four
 #: characters per WordPiece/BPE token for the pretrained models.
 PRESETS: dict[str, PredictorConfig] = {
-    "tiny": PredictorConfig(lr=1e-3, max_tokens=512, head_tokens=128, max_chars=508),
+    # micro-batches of 8 length-sorted texts: little padding, the cost of an update scales with real bytes
+    "tiny": PredictorConfig(lr=1e-3, max_tokens=512, head_tokens=128, max_chars=508, train_micro_batch=8),
     "minilm": PredictorConfig(lr=1e-3, backbone_lr=5e-5, max_tokens=256, head_tokens=96, max_chars=1024),
     "hf": PredictorConfig(
         lr=1e-3,
@@ -306,7 +307,7 @@ def build_torch_predictor(name_or_path: str, **overrides: Any) -> TorchSuccessPr
     from trace_rl.predictor import backbones
 
     encoder_kwargs = {
-        k: overrides.pop(k) for k in ("d_model", "n_layers", "n_heads", "d_ff") if k in overrides
+        k: overrides.pop(k) for k in ("d_model", "n_layers", "n_heads", "d_ff", "patch") if k in overrides
     }
     pooling = overrides.pop("pooling", None)
     key = name_or_path if name_or_path in ("tiny", "minilm") else "hf"
