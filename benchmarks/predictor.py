@@ -5,8 +5,9 @@ Usage:
 
 Texts are serialized anchors of the tiny policy's arithmetic tool-use task (a prompt plus 0-3 turns, about
 60-400 characters). Prints medians over ``--repeats`` timed runs after one warm-up, and the predictor's share
-of a training step for the workload given by --pool/--anchors/--updates and --step-seconds (an ESTIMATE: the
-trainer does not exist yet; the default step time is derived in docs/benchmarks.md from RESOURCES.md numbers).
+of a training step for the workload given by --pool/--anchors/--updates and --step-seconds /
+--smollm-step-seconds (ESTIMATES: the trainer does not exist yet; the default step times are derived in
+docs/benchmarks.md from the measured policy speeds in RESOURCES.md).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def bench(name: str, args: argparse.Namespace) -> dict[str, float]:
         "updates_per_s": updates_per_s,
         "predictor_s_per_step": step_s,
         "share_of_step": step_s / args.step_seconds,
+        "share_of_smollm_step": step_s / args.smollm_step_seconds,
     }
 
 
@@ -81,7 +83,10 @@ def main() -> None:
     parser.add_argument("--pool", type=int, default=256, help="candidate prompts scored per step")
     parser.add_argument("--anchors", type=int, default=256, help="prefix anchors scored per step")
     parser.add_argument("--updates", type=int, default=3, help="predictor updates per step")
-    parser.add_argument("--step-seconds", type=float, default=41.0, help="wall-clock of one policy step")
+    parser.add_argument("--step-seconds", type=float, default=41.0, help="wall-clock of one tiny-policy step")
+    parser.add_argument(
+        "--smollm-step-seconds", type=float, default=2500.0, help="wall-clock of one SmolLM2-135M policy step"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -89,14 +94,16 @@ def main() -> None:
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, device {args.device}")
     print(
         f"workload per step: score {args.pool} prompts + {args.anchors} anchors, {args.updates} updates of "
-        f"{args.batch}; step wall-clock {args.step_seconds:.1f} s"
+        f"{args.batch}; step wall-clock (estimates) tiny policy {args.step_seconds:.0f} s, SmolLM2 policy "
+        f"{args.smollm_step_seconds:.0f} s"
     )
     for name in names:
         r = bench(name, args)
         print(
             f"{name:>8}: {r['params_M']:.2f} M params, build {r['build_s']:.1f} s, "
             f"{r['texts_per_s']:.0f} texts/s scored, {r['updates_per_s']:.2f} updates/s (batch {args.batch}), "
-            f"predictor {r['predictor_s_per_step']:.2f} s/step = {100 * r['share_of_step']:.1f}% of the step"
+            f"predictor {r['predictor_s_per_step']:.2f} s/step = {100 * r['share_of_step']:.1f}% of a tiny-policy "
+            f"step, {100 * r['share_of_smollm_step']:.1f}% of a SmolLM2 step"
         )
 
 

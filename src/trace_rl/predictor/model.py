@@ -317,6 +317,8 @@ def build_torch_predictor(name_or_path: str, **overrides: Any) -> TorchSuccessPr
         raise ValueError(f"unknown predictor option: {exc}") from None
     if encoder_kwargs and key != "tiny":
         raise ValueError(f"options {sorted(encoder_kwargs)} only apply to the 'tiny' predictor")
+    if pooling is not None and key == "tiny":
+        raise ValueError("option pooling only applies to Hugging Face predictors")
     if key == "tiny":
         tokenizer = backbones.ByteTokenizer()
         with torch.random.fork_rng(devices=[]):
