@@ -41,7 +41,7 @@ test: lint typecheck contracts
 
 bench: install
 	$(BIN)/python benchmarks/allocation.py
-	$(BIN)/python benchmarks/predictor.py
+	$(BIN)/python benchmarks/predictor.py --measure-policy
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -71,6 +71,48 @@ def bench(name: str, args: argparse.Namespace) -> dict[str, float]:
     }
 
 
+def tiny_policy_step_seconds(args: argparse.Namespace) -> tuple[float, float, float]:
+    """Measure the tiny Qwen3 policy of RESOURCES.md (3.2 M parameters) here, now, under the same load.
+
+    Returns (sampled tokens/s at batch 64, trained tokens/s for fwd+bwd+AdamW on 8 x 256 tokens, step seconds for
+    ``--episodes`` episodes of ``--sampled-tokens`` sampled and ``--trained-tokens`` trained tokens each).
+    """
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=512,
+        hidden_size=256,
+        intermediate_size=768,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        tie_word_embeddings=True,
+        max_position_embeddings=1024,
+    )
+    model = Qwen3ForCausalLM(config)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, 512, (8, 256))
+    train = []
+    for i in range(4):
+        t = time.perf_counter()
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if i:  # first iteration is warm-up
+            train.append(time.perf_counter() - t)
+    train_tps = ids.numel() / statistics.median(train)
+    model.eval()
+    prompt = torch.randint(0, 512, (64, 64))
+    t = time.perf_counter()
+    with torch.inference_mode():
+        model.generate(prompt, max_new_tokens=64, min_new_tokens=64, do_sample=True, pad_token_id=0)
+    sample_tps = 64 * 64 / (time.perf_counter() - t)
+    step = args.episodes * (args.sampled_tokens / sample_tps + args.trained_tokens / train_tps)
+    return sample_tps, train_tps, step
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backbones", default="tiny,minilm")
@@ -87,9 +129,21 @@ def main() -> None:
     parser.add_argument(
         "--smollm-step-seconds", type=float, default=2500.0, help="wall-clock of one SmolLM2-135M policy step"
     )
+    parser.add_argument(
+        "--measure-policy", action="store_true", help="time the tiny policy here for the share"
+    )
+    parser.add_argument("--episodes", type=int, default=768, help="episodes per step (roots + replays)")
+    parser.add_argument("--sampled-tokens", type=int, default=100, help="sampled tokens per episode")
+    parser.add_argument("--trained-tokens", type=int, default=150, help="trained tokens per episode")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.measure_policy:
+        sample_tps, train_tps, args.step_seconds = tiny_policy_step_seconds(args)
+        print(
+            f"tiny policy measured here: {sample_tps:.0f} sampled tokens/s (batch 64), {train_tps:.0f} trained "
+            f"tokens/s; step of {args.episodes} episodes = {args.step_seconds:.1f} s"
+        )
     names = [b for b in args.backbones.split(",") if b] + ([args.hf_path] if args.hf_path else [])
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, device {args.device}")
     print(

@@ -150,3 +150,15 @@ def test_online_trainer_with_a_real_predictor() -> None:
     )  # ceil(12 / (8 - 0)) prompt slots: 8 -> 2
     assert m0["predictor/mse_prompt"] == pytest.approx(float(np.mean((0.5 - p) ** 2)))  # cold-start prior
     assert m0["predictor/update_seconds"] > 0 and m0["predictor/score_seconds"] > 0
+
+
+def test_frozen_backbone_trains_only_the_head() -> None:
+    pred = small(backbone_lr=0.0)
+    before = {k: v.clone() for k, v in pred.backbone.state_dict().items()}
+    pred.update(["a", "b"], [1.0, 0.0])
+    pred.update(["a", "b"], [1.0, 0.0])
+    for k, v in pred.backbone.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    assert pred.head.weight.abs().sum() > 0  # the zero-initialised head moved
+    with pytest.raises(ValueError, match="pooling"):
+        build_predictor("tiny", pooling="last")
