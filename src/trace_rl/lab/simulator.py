@@ -151,10 +151,11 @@ def sample_pool(family: TaskFamily, size: int, rng: np.random.Generator, *, name
 def beta_step(v: FloatArray, c: FloatArray, rng: np.random.Generator) -> FloatArray:
     """One turn of the success martingale: V' ~ Beta(c V, c (1 - V)); 0 and 1 are absorbing.
 
-    E[V' | V] = V and Var[V' | V] = V (1 - V) / (c + 1). Shapes: v and c (n,), returns (n,).
+    E[V' | V] = V and Var[V' | V] = V (1 - V) / (c + 1). Shapes: v and c (n,), returns (n,). A probability so
+    close to 0 or 1 that c V or c (1 - V) underflows to 0 is treated as absorbed (numpy's Beta needs both > 0).
     """
     out = v.copy()
-    live = (v > 0.0) & (v < 1.0)
+    live = (c * v > 0.0) & (c * (1.0 - v) > 0.0)
     if live.any():
         out[live] = rng.beta(c[live] * v[live], c[live] * (1.0 - v[live]))
     return out
