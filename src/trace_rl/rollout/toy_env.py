@@ -78,8 +78,15 @@ def run_code(code: str) -> str:
         return f"Error: {exc}"
 
 
-def load_tasks(split: str = "train", limit: int = 64, seed: int = 0, *, max_terms: int = 4) -> list[Task]:
-    """Deterministic tasks: expressions of 2..max_terms integers (1-2 digits) joined by + - *."""
+def load_tasks(
+    split: str = "train", limit: int = 64, seed: int = 0, *, max_terms: int = 4, with_schema: bool = False
+) -> list[Task]:
+    """Deterministic tasks: expressions of 2..max_terms integers (1-2 digits) joined by + - *.
+
+    The prompt names the python tool. `with_schema=True` also attaches its JSON schema (rendered in the
+    system turn by the chat template); it is off by default because the schema triples the prompt length,
+    which dominates the cost of training a tiny policy on CPU.
+    """
     if limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
     rng = random.Random(f"{split}:{seed}")
@@ -92,9 +99,9 @@ def load_tasks(split: str = "train", limit: int = 64, seed: int = 0, *, max_term
             Task(
                 id=f"{split}-{seed}-{i}",
                 env=ENV_NAME,
-                prompt=f"Compute {expr}.",
+                prompt=f"Compute {expr} with the python tool, then answer.",
                 answer=str(safe_eval(expr)),
-                tools=(PYTHON_TOOL,),
+                tools=(PYTHON_TOOL,) if with_schema else (),
                 metadata={"expression": expr},
             )
         )
