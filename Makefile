@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS ?= ml,policy,dev
 # Packages checked with mypy --strict (pure, dependency-light code).
-MYPY_STRICT := src/trace_rl/types.py src/trace_rl/allocation
+MYPY_STRICT := src/trace_rl/types.py src/trace_rl/allocation src/trace_rl/rollout/backends.py src/trace_rl/rollout/toy_env.py src/trace_rl/policy/chat.py
 
 .PHONY: install demo test lint typecheck contracts bench clean
 

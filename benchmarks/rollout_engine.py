@@ -34,8 +34,13 @@ from trace_rl.rollout.backends import SamplingParams
 from trace_rl.rollout.engine import LocalEngine
 
 
-def baseline_episodes(policy: Any, tasks: list[Any], sampling: SamplingParams, max_turns: int,
-                      starts: list[tuple[Any, list[dict[str, Any]], object, int]] | None = None) -> tuple[int, list[Any]]:
+def baseline_episodes(
+    policy: Any,
+    tasks: list[Any],
+    sampling: SamplingParams,
+    max_turns: int,
+    starts: list[tuple[Any, list[dict[str, Any]], object, int]] | None = None,
+) -> tuple[int, list[Any]]:
     """Lockstep HF generate() loop. Returns (sampled tokens, per-episode (messages, env snapshots by depth))."""
     tok = policy.tokenizer
     tok.padding_side = "left"
@@ -43,30 +48,55 @@ def baseline_episodes(policy: Any, tasks: list[Any], sampling: SamplingParams, m
     if starts is None:
         for task in tasks:
             env = toy_env.make_env(max_turns=max_turns)
-            eps.append({"task": task, "env": env, "msgs": [{"role": "user", "content": env.reset(task)}],
-                        "depth": 0, "done": False, "saves": {}})
+            eps.append(
+                {
+                    "task": task,
+                    "env": env,
+                    "msgs": [{"role": "user", "content": env.reset(task)}],
+                    "depth": 0,
+                    "done": False,
+                    "saves": {},
+                }
+            )
     else:
         for task, msgs, state, depth in starts:
             env = toy_env.make_env(max_turns=max_turns)
             env.restore(state)
-            eps.append({"task": task, "env": env, "msgs": [dict(m) for m in msgs], "depth": depth, "done": False,
-                        "saves": {}})
+            eps.append(
+                {
+                    "task": task,
+                    "env": env,
+                    "msgs": [dict(m) for m in msgs],
+                    "depth": depth,
+                    "done": False,
+                    "saves": {},
+                }
+            )
     sampled = 0
     torch.manual_seed(sampling.seed)
     while True:
         active = [e for e in eps if not e["done"]]
         if not active:
             break
-        texts = [tok.apply_chat_template(e["msgs"], tools=list(e["task"].tools), add_generation_prompt=True,
-                                         tokenize=False) for e in active]
+        texts = [
+            tok.apply_chat_template(
+                e["msgs"], tools=list(e["task"].tools), add_generation_prompt=True, tokenize=False
+            )
+            for e in active
+        ]
         batch = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.inference_mode():
             out = policy.model.generate(
-                **batch, do_sample=sampling.temperature > 0, temperature=sampling.temperature or None,
-                top_p=sampling.top_p, top_k=0, max_new_tokens=sampling.max_new_tokens,
-                eos_token_id=list(policy.stop_ids), pad_token_id=tok.pad_token_id,
+                **batch,
+                do_sample=sampling.temperature > 0,
+                temperature=sampling.temperature or None,
+                top_p=sampling.top_p,
+                top_k=0,
+                max_new_tokens=sampling.max_new_tokens,
+                eos_token_id=list(policy.stop_ids),
+                pad_token_id=tok.pad_token_id,
             )
-        new = out[:, batch["input_ids"].shape[1]:]
+        new = out[:, batch["input_ids"].shape[1] :]
         for e, row in zip(active, new, strict=True):
             ids = row.tolist()
             n = len(ids)
@@ -87,13 +117,30 @@ def baseline_episodes(policy: Any, tasks: list[Any], sampling: SamplingParams, m
     return sampled, eps
 
 
-async def engine_phase(engine: LocalEngine, codec: ChatCodec, jobs: list[tuple[Any, SavePoint | None, int]],
-                       sampling: SamplingParams, max_turns: int) -> list[Episode]:
-    return list(await asyncio.gather(*[
-        run_episode(engine, toy_env.make_env(max_turns=max_turns), codec, task, sampling, max_turns=max_turns,
-                    seed=seed, start=start)
-        for task, start, seed in jobs
-    ]))
+async def engine_phase(
+    engine: LocalEngine,
+    codec: ChatCodec,
+    jobs: list[tuple[Any, SavePoint | None, int]],
+    sampling: SamplingParams,
+    max_turns: int,
+) -> list[Episode]:
+    return list(
+        await asyncio.gather(
+            *[
+                run_episode(
+                    engine,
+                    toy_env.make_env(max_turns=max_turns),
+                    codec,
+                    task,
+                    sampling,
+                    max_turns=max_turns,
+                    seed=seed,
+                    start=start,
+                )
+                for task, start, seed in jobs
+            ]
+        )
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,10 +180,15 @@ def main(argv: list[str] | None = None) -> int:
     # (b) engine: same phases
     engine = LocalEngine(policy, max_batch=max(batch, k * batch), max_rows=2 * max(batch, k * batch))
     t0 = time.perf_counter()
-    roots = asyncio.run(engine_phase(engine, codec, [(t, None, args.seed + i) for i, t in enumerate(tasks)],
-                                     sampling, args.max_turns))
+    roots = asyncio.run(
+        engine_phase(
+            engine, codec, [(t, None, args.seed + i) for i, t in enumerate(tasks)], sampling, args.max_turns
+        )
+    )
     anchors = [(e.task, e.save_points[half - 1]) for e in roots if len(e.save_points) >= half]
-    jobs = [(task, sp, args.seed + 10_000 + 100 * i + j) for i, (task, sp) in enumerate(anchors) for j in range(k)]
+    jobs = [
+        (task, sp, args.seed + 10_000 + 100 * i + j) for i, (task, sp) in enumerate(anchors) for j in range(k)
+    ]
     replays = asyncio.run(engine_phase(engine, codec, jobs, sampling, args.max_turns))
     eng_time = time.perf_counter() - t0
     eng_tokens = sum(e.sampled_tokens for e in roots) + sum(e.sampled_tokens for e in replays)
@@ -144,17 +196,24 @@ def main(argv: list[str] | None = None) -> int:
 
     # replay cost: k replays from the half-trajectory save points vs k full rollouts of the same tasks
     engine.clear_cache()
-    fresh = [(task, None, args.seed + 20_000 + 100 * i + j) for i, (task, _) in enumerate(anchors) for j in range(k)]
+    fresh = [
+        (task, None, args.seed + 20_000 + 100 * i + j)
+        for i, (task, _) in enumerate(anchors)
+        for j in range(k)
+    ]
     t0 = time.perf_counter()
     full = asyncio.run(engine_phase(engine, codec, fresh, sampling, args.max_turns))
     full_time = time.perf_counter() - t0
     engine.clear_cache()
-    jobs2 = [(task, sp, args.seed + 30_000 + 100 * i + j) for i, (task, sp) in enumerate(anchors) for j in range(k)]
+    jobs2 = [
+        (task, sp, args.seed + 30_000 + 100 * i + j) for i, (task, sp) in enumerate(anchors) for j in range(k)
+    ]
     t0 = time.perf_counter()
     rep = asyncio.run(engine_phase(engine, codec, jobs2, sampling, args.max_turns))
     rep_time = time.perf_counter() - t0
-    prefix_tokens = [sum(int(t.loss_mask.sum()) for t in e.turns[:half])
-                     for e in roots if len(e.save_points) >= half]
+    prefix_tokens = [
+        sum(int(t.loss_mask.sum()) for t in e.turns[:half]) for e in roots if len(e.save_points) >= half
+    ]
     total_tokens = [e.sampled_tokens for e in roots if len(e.save_points) >= half]
     out = {
         "policy": args.policy,

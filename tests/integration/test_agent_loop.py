@@ -9,10 +9,10 @@ import pytest
 
 pytest.importorskip("torch")
 
-from trace_rl.rollout import toy_env  # noqa: E402
-from trace_rl.rollout.agent import ChatCodec, run_episode  # noqa: E402
-from trace_rl.rollout.backends import SamplingParams  # noqa: E402
-from trace_rl.rollout.engine import LocalEngine  # noqa: E402
+from trace_rl.rollout import toy_env
+from trace_rl.rollout.agent import ChatCodec, run_episode
+from trace_rl.rollout.backends import SamplingParams
+from trace_rl.rollout.engine import LocalEngine
 
 
 class RecordingEnv(toy_env.ArithmeticToolEnv):
@@ -52,7 +52,9 @@ def test_episode_bookkeeping_and_replay_from_save_point(tiny_policy):
         assert turn.info["span"] == [pos, pos + turn.token_ids.size]
         pos += turn.token_ids.size
         if i < 2:
-            obs_text = tiny_policy.tokenizer.decode(turn.token_ids[n_model:].tolist(), skip_special_tokens=False)
+            obs_text = tiny_policy.tokenizer.decode(
+                turn.token_ids[n_model:].tolist(), skip_special_tokens=False
+            )
             assert f"<tool_response>\n{turn.observation}\n</tool_response>" in obs_text
             assert np.array_equal(ep.save_points[i].token_ids, context[:pos])
     # replays from the save point after turn 1 see exactly the state the original saw at turn 2
@@ -62,7 +64,16 @@ def test_episode_bookkeeping_and_replay_from_save_point(tiny_policy):
     async def replay_all():  # type: ignore[no-untyped-def]
         return await asyncio.gather(
             *[
-                run_episode(engine, RecordingEnv(replay_log), codec, task, sampling, max_turns=3, seed=100 + j, start=sp)
+                run_episode(
+                    engine,
+                    RecordingEnv(replay_log),
+                    codec,
+                    task,
+                    sampling,
+                    max_turns=3,
+                    seed=100 + j,
+                    start=sp,
+                )
                 for j in range(3)
             ]
         )
@@ -88,7 +99,10 @@ def test_same_seeds_reproduce_episodes(tiny_policy):
 
     async def batch(engine):  # type: ignore[no-untyped-def]
         return await asyncio.gather(
-            *[run_episode(engine, toy_env.make_env(max_turns=2), codec, t, sampling, max_turns=2, seed=i) for i, t in enumerate(tasks)]
+            *[
+                run_episode(engine, toy_env.make_env(max_turns=2), codec, t, sampling, max_turns=2, seed=i)
+                for i, t in enumerate(tasks)
+            ]
         )
 
     a = run(batch(LocalEngine(tiny_policy)))
@@ -109,10 +123,12 @@ def test_gold_turns_reach_reward_one(tiny_policy):
             self.turn = 0
 
         async def generate(self, prompt_token_ids, sampling, n=1):  # type: ignore[no-untyped-def]
-            ids = tok.encode(gold[self.turn], add_special_tokens=False) + [tiny_policy.stop_ids[0]]
+            ids = [*tok.encode(gold[self.turn], add_special_tokens=False), tiny_policy.stop_ids[0]]
             self.turn += 1
             return [Completion(np.asarray(ids, np.int64), np.full(len(ids), -0.5, np.float32), "stop")]
 
-    ep = run(run_episode(GoldBackend(), toy_env.make_env(), ChatCodec(tok), task, SamplingParams(), max_turns=4))
+    ep = run(
+        run_episode(GoldBackend(), toy_env.make_env(), ChatCodec(tok), task, SamplingParams(), max_turns=4)
+    )
     assert ep.finish == "done" and ep.reward == 1.0 and len(ep.turns) == 2
     assert ep.turns[0].observation == task.answer and ep.turns[1].observation == ""

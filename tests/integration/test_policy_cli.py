@@ -21,7 +21,17 @@ def run(*args: str, timeout: int = 240) -> subprocess.CompletedProcess[str]:
 
 
 def test_generate_tiny_prints_reply():
-    res = run("generate", "--policy", "tiny", "--prompt", "Compute 2 + 3.", "--max-new-tokens", "6", "--temperature", "1")
+    res = run(
+        "generate",
+        "--policy",
+        "tiny",
+        "--prompt",
+        "Compute 2 + 3.",
+        "--max-new-tokens",
+        "6",
+        "--temperature",
+        "1",
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() != ""
 
@@ -37,8 +47,27 @@ def test_generate_bad_input_exits_2():
 def test_sft_writes_policy_and_refuses_a_warm_start_without_the_jump(tmp_path: Path):
     out = tmp_path / "sft"
     res = run(
-        "sft", "--env", "toy_arith", "--policy", "tiny", "--out", str(out), "--steps", "6", "--eval-every", "3",
-        "--eval-prompts", "3", "--samples", "2", "--train-limit", "16", "--max-new-tokens", "8", "--max-turns", "2",
+        "sft",
+        "--env",
+        "toy_arith",
+        "--policy",
+        "tiny",
+        "--out",
+        str(out),
+        "--steps",
+        "6",
+        "--eval-every",
+        "3",
+        "--eval-prompts",
+        "3",
+        "--samples",
+        "2",
+        "--train-limit",
+        "16",
+        "--max-new-tokens",
+        "8",
+        "--max-turns",
+        "2",
     )
     # 6 steps are far from the copy-learning jump: the command saves everything but exits 3
     assert res.returncode == 3, res.stderr
@@ -54,11 +83,20 @@ def test_sft_writes_policy_and_refuses_a_warm_start_without_the_jump(tmp_path: P
 
 
 @pytest.mark.skipif(
-    not (Path(os.environ.get("TRACE_RL_CACHE", Path.home() / ".cache" / "trace-rl")) / "smollm2-135m-instruct").exists(),
+    not (
+        Path(os.environ.get("TRACE_RL_CACHE", Path.home() / ".cache" / "trace-rl")) / "smollm2-135m-instruct"
+    ).exists(),
     reason="SmolLM2 not converted yet (first `trace-rl generate --policy smollm2-135m-instruct` converts it)",
 )
 def test_generate_smollm2_offline():
-    res = run("generate", "--policy", "smollm2-135m-instruct", "--prompt", "What is 2 + 2? Answer with a number.",
-              "--max-new-tokens", "8")
+    res = run(
+        "generate",
+        "--policy",
+        "smollm2-135m-instruct",
+        "--prompt",
+        "What is 2 + 2? Answer with a number.",
+        "--max-new-tokens",
+        "8",
+    )
     assert res.returncode == 0, res.stderr
     assert "4" in res.stdout

@@ -44,8 +44,12 @@ def test_template_renders_structured_tool_calls_and_no_tools(tiny_policy):
     ]
     rendered = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
     assert rendered.startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n")
-    assert '<tool_call>{"name": "python", "arguments": {"code": "print(1)"}}</tool_call><|im_end|>' in rendered
-    assert CHAT.prompt("hi") == tok.apply_chat_template(messages[:1], tokenize=False, add_generation_prompt=True)
+    assert (
+        '<tool_call>{"name": "python", "arguments": {"code": "print(1)"}}</tool_call><|im_end|>' in rendered
+    )
+    assert CHAT.prompt("hi") == tok.apply_chat_template(
+        messages[:1], tokenize=False, add_generation_prompt=True
+    )
 
 
 def test_tiny_tokenizer_roundtrip_and_digit_split(tiny_policy):

@@ -34,7 +34,9 @@ def test_greedy_matches_hf_generate_and_logprobs(tiny_policy):
     assert c.token_ids.tolist() == ref[0, len(PROMPT) :].tolist()
     assert c.finish_reason == "length"
     np.testing.assert_allclose(
-        c.logprobs, reference_logprobs(tiny_policy.model, PROMPT + c.token_ids.tolist(), len(PROMPT)), atol=1e-4
+        c.logprobs,
+        reference_logprobs(tiny_policy.model, PROMPT + c.token_ids.tolist(), len(PROMPT)),
+        atol=1e-4,
     )
 
 
@@ -73,12 +75,32 @@ def test_prefix_computed_once_and_cache_carried_across_turns(tiny_policy):
     (c2,) = eng.generate_sync(turn2, sp)
     assert eng.stats.reused_tokens == 39 and eng.stats.prefill_tokens == 4
     np.testing.assert_allclose(
-        c2.logprobs, reference_logprobs(tiny_policy.model, turn2 + c2.token_ids.tolist(), len(turn2)), atol=1e-4
+        c2.logprobs,
+        reference_logprobs(tiny_policy.model, turn2 + c2.token_ids.tolist(), len(turn2)),
+        atol=1e-4,
     )
     # a replay from a prefix of an existing sequence copies it: only the last prompt token is computed
     eng.reset_stats()
     eng.generate_sync(PROMPT[:30], sp, n=3)
     assert eng.stats.reused_tokens == 29 and eng.stats.prefill_tokens == 1
+
+
+def test_concurrent_requests_for_one_uncached_prefix_compute_it_once(tiny_policy):
+    import asyncio
+
+    eng = LocalEngine(tiny_policy, max_batch=8)
+
+    async def three():
+        return await asyncio.gather(
+            *[eng.generate(PROMPT, SamplingParams(3, 1.0, seed=s, stop_ids=())) for s in range(3)]
+        )
+
+    outs = asyncio.run(three())
+    # the first computes all 35 prompt tokens; the other two wait one round, copy 34 and compute the last one
+    assert eng.stats.prefill_tokens == 35 + 1 + 1 and eng.stats.reused_tokens == 34 + 34
+    for c in outs:
+        ref = reference_logprobs(tiny_policy.model, PROMPT + c[0].token_ids.tolist(), len(PROMPT))
+        np.testing.assert_allclose(c[0].logprobs, ref, atol=1e-4)
 
 
 def test_same_seed_same_tokens_and_seed_changes_them(tiny_policy):

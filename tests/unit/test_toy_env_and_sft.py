@@ -94,10 +94,17 @@ def test_train_sft_lowers_loss(tiny_policy):
 
     model = copy.deepcopy(tiny_policy.model)
     tasks = toy_env.load_tasks("train", 8)
-    exs = build_sft_examples(tasks, [toy_env.gold_trajectory(t) for t in tasks], toy_env.make_env, tiny_policy.tokenizer)
+    exs = build_sft_examples(
+        tasks, [toy_env.gold_trajectory(t) for t in tasks], toy_env.make_env, tiny_policy.tokenizer
+    )
     seen = []
-    res = train_sft(model, exs, SFTConfig(steps=30, batch_size=4, lr=3e-3, warmup_steps=5, eval_every=15),
-                    pad_id=int(tiny_policy.tokenizer.pad_token_id), evaluate=lambda s: seen.append(s) or {})
+    res = train_sft(
+        model,
+        exs,
+        SFTConfig(steps=30, batch_size=4, lr=3e-3, warmup_steps=5, eval_every=15),
+        pad_id=int(tiny_policy.tokenizer.pad_token_id),
+        evaluate=lambda s: seen.append(s) or {},
+    )
     assert seen == [15, 30]
     assert res.history[0]["step"] == 15.0
     # random init starts near ln(512) = 6.24; 30 steps on 8 repeated examples must get well below it

@@ -8,7 +8,9 @@ from trace_rl.cli.main import UsageError
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("generate", help="sample a reply from a policy (tiny, smollm2-135m-instruct, or a path)")
+    p = sub.add_parser(
+        "generate", help="sample a reply from a policy (tiny, smollm2-135m-instruct, or a path)"
+    )
     p.add_argument("--policy", required=True, help="tiny | smollm2-135m-instruct | checkpoint folder")
     p.add_argument("--prompt", required=True, help="the user message")
     p.add_argument("--max-new-tokens", type=int, default=128)

@@ -33,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--min-mixed", type=float, default=0.2, help="fail (exit 3) below this mixed share")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     p.set_defaults(func=run)
 
 
@@ -49,13 +50,16 @@ def run(args: argparse.Namespace) -> int:
     from trace_rl.rollout.engine import LocalEngine
     from trace_rl.rollout.evaluate import success_spread
 
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     entry = resolve_env(args.env)
     tasks = entry.load_tasks("train", args.train_limit, args.seed)
     if not tasks:
         raise UsageError(f"environment {args.env!r} has no training tasks")
     policy = load_policy(args.policy, seed=args.seed)
-    examples = build_sft_examples(tasks, [entry.gold_trajectory(t) for t in tasks], entry.make, policy.tokenizer)
+    examples = build_sft_examples(
+        tasks, [entry.gold_trajectory(t) for t in tasks], entry.make, policy.tokenizer
+    )
     codec = ChatCodec(policy.tokenizer)
     eval_tasks = tasks[: args.eval_prompts]
     factory = lambda: entry.make(max_turns=args.max_turns)  # noqa: E731
@@ -66,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
         m = success_spread(engine, factory, codec, eval_tasks, greedy, samples=1, max_turns=args.max_turns)
         return {"greedy_success": m["mean_success"]}
 
-    cfg = SFTConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every, seed=args.seed)
+    cfg = SFTConfig(
+        steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every, seed=args.seed
+    )
     result = train_sft(
         policy.model,
         examples,
@@ -78,7 +84,14 @@ def run(args: argparse.Namespace) -> int:
     engine = LocalEngine(policy, max_batch=64)
     sampling = SamplingParams(args.max_new_tokens, 1.0, seed=args.seed + 1)
     spread = success_spread(
-        engine, factory, codec, eval_tasks, sampling, samples=args.samples, max_turns=args.max_turns, seed=args.seed
+        engine,
+        factory,
+        codec,
+        eval_tasks,
+        sampling,
+        samples=args.samples,
+        max_turns=args.max_turns,
+        seed=args.seed,
     )
     ok = spread["mean_success"] > 0 and spread["mixed_share"] >= args.min_mixed
     out = Path(args.out)

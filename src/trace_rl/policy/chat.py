@@ -19,7 +19,7 @@ TOOL_INSTRUCTIONS = (
     "You may call one or more functions. Function signatures are inside <tools></tools>:\n<tools>\n"
 )
 TOOL_FORMAT = (
-    "</tools>\nCall a function as <tool_call>{\"name\": <name>, \"arguments\": <json object>}</tool_call>. "
+    '</tools>\nCall a function as <tool_call>{"name": <name>, "arguments": <json object>}</tool_call>. '
     "Give the final answer as <answer>...</answer>."
 )
 
@@ -77,9 +77,7 @@ class ChatFormat:
 
     def observation(self, observation: str) -> str:
         """What follows a model turn's `<|im_end|>`: newline, the tool result turn, the next assistant header."""
-        return (
-            f"\n{IM_START}user\n<tool_response>\n{observation}\n</tool_response>{IM_END}\n{IM_START}assistant\n"
-        )
+        return f"\n{IM_START}user\n<tool_response>\n{observation}\n</tool_response>{IM_END}\n{IM_START}assistant\n"
 
 
 CHAT = ChatFormat()

@@ -115,7 +115,7 @@ def smollm2_folder() -> Path:
     gguf = AutoModelForCausalLM.from_pretrained(src, gguf_file=SMOLLM2_GGUF)
     tok = AutoTokenizer.from_pretrained(src, gguf_file=SMOLLM2_GGUF)
     # save_pretrained refuses a GGUF-loaded model: rebuild a plain Llama from its config and state dict.
-    model = LlamaForCausalLM(gguf.config)
+    model = LlamaForCausalLM(gguf.config)  # type: ignore[arg-type]
     model.load_state_dict(gguf.state_dict())
     tmp = folder.with_name(folder.name + ".tmp")
     tmp.mkdir(parents=True, exist_ok=True)

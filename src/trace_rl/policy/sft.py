@@ -89,7 +89,7 @@ def build_sft_examples(
         ids = list(tokenizer.encode(CHAT.prompt(first, task.tools, system), add_special_tokens=False))
         mask = [0] * len(ids)
         for text in turns:
-            model = list(tokenizer.encode(text, add_special_tokens=False)) + [end]
+            model = [*list(tokenizer.encode(text, add_special_tokens=False)), end]
             ids += model
             mask += [1] * len(model)
             result = env.step(text)
@@ -106,7 +106,7 @@ def lr_at(step: int, cfg: SFTConfig) -> float:
     """Learning rate at optimizer step `step` (0-based): linear warmup, constant, linear decay at the end."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
-    decay_start = cfg.steps - int(math.ceil(cfg.decay_frac * cfg.steps))
+    decay_start = cfg.steps - math.ceil(cfg.decay_frac * cfg.steps)
     if step < decay_start or cfg.steps == decay_start:
         return cfg.lr
     frac = (step - decay_start) / max(1, cfg.steps - decay_start)
@@ -178,6 +178,8 @@ def train_sft(
             if log is not None:
                 log(" ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
         elif log is not None and (step + 1) % 50 == 0:
-            log(f"step={step + 1} loss={loss_ema:.4g} lr={lr_at(step, cfg):.3g} t={time.perf_counter() - t0:.0f}s")
+            log(
+                f"step={step + 1} loss={loss_ema:.4g} lr={lr_at(step, cfg):.3g} t={time.perf_counter() - t0:.0f}s"
+            )
     model.eval()
     return SFTResult(cfg.steps, loss_ema, time.perf_counter() - t0, history)

@@ -21,7 +21,7 @@ TOKENIZER_FILE = "tiny_tokenizer.json"
 
 def _corpus() -> list[str]:
     """Deterministic training text: the chat format, tool-call skeletons, arithmetic, common words."""
-    tools = [
+    tools: list[dict[str, object]] = [
         {
             "type": "function",
             "function": {
@@ -44,7 +44,9 @@ def _corpus() -> list[str]:
         q = f"What is {expr}? Use the python tool, then give the final answer."
         call = '<tool_call>{"name": "python", "arguments": {"code": "print(' + expr + ')"}}</tool_call>'
         texts.append(CHAT.prompt(q, tools if i % 2 == 0 else ()) + call + IM_END)
-        texts.append(CHAT.observation(str(a + b)) + f"The result is {a + b}. <answer>{a + b}</answer>{IM_END}")
+        texts.append(
+            CHAT.observation(str(a + b)) + f"The result is {a + b}. <answer>{a + b}</answer>{IM_END}"
+        )
         texts.append("Error: could not parse the tool call. Answer: the number of the value of x is")
     words = (
         "the a an of to in and is it that for on with as by at from this be are was result answer question "
@@ -80,7 +82,6 @@ def load_tiny_tokenizer() -> Any:
     Returns a tokenizer with eos = pad = `<|im_end|>` (the end-of-turn token).
     """
     from tokenizers import Tokenizer
-    from transformers import PreTrainedTokenizerFast
 
     text = resources.files("trace_rl.policy").joinpath(TOKENIZER_FILE).read_text(encoding="utf-8")
     return wrap_tokenizer(Tokenizer.from_str(text))

@@ -45,7 +45,11 @@ class ChatCodec:
         self.end_of_turn = int(tokenizer.convert_tokens_to_ids(IM_END))
 
     def prompt_ids(self, first_observation: str, tools: Sequence[dict[str, object]]) -> list[int]:
-        return list(self.tokenizer.encode(CHAT.prompt(first_observation, tools, self.system), add_special_tokens=False))
+        return list(
+            self.tokenizer.encode(
+                CHAT.prompt(first_observation, tools, self.system), add_special_tokens=False
+            )
+        )
 
     def observation_ids(self, observation: str) -> list[int]:
         return list(self.tokenizer.encode(CHAT.observation(observation), add_special_tokens=False))
@@ -148,7 +152,9 @@ async def run_episode(
         if budget < 1:
             episode.finish, episode.reward = "context", 0.0
             return episode
-        params = SamplingParams(budget, sampling.temperature, sampling.top_p, turn_seed(seed, depth), sampling.stop_ids)
+        params = SamplingParams(
+            budget, sampling.temperature, sampling.top_p, turn_seed(seed, depth), sampling.stop_ids
+        )
         (completion,) = await backend.generate(context, params, 1)
         model_ids = [int(i) for i in completion.token_ids]
         text = codec.turn_text(model_ids, stop)

@@ -39,6 +39,7 @@ from trace_rl.rollout.backends import Completion, SamplingParams
 
 SUPPORTED = ("llama", "qwen2", "qwen3")
 FREE, ACTIVE, PARKED = 0, 1, 2
+DEFER_TOKENS = 8
 _MIX = 0x9E3779B97F4A7C15
 
 
@@ -96,7 +97,9 @@ class LocalEngine:
         ValueError: unsupported model type or bad arguments.
     """
 
-    def __init__(self, policy: Any, *, max_batch: int = 64, max_rows: int | None = None, max_context: int = 4096):
+    def __init__(
+        self, policy: Any, *, max_batch: int = 64, max_rows: int | None = None, max_context: int = 4096
+    ):
         model = policy.model
         cfg = model.config
         if cfg.model_type not in SUPPORTED:
@@ -161,7 +164,9 @@ class LocalEngine:
             self._worker = loop.create_task(self._run())
         return await req.future
 
-    def generate_sync(self, prompt_token_ids: Sequence[int], sampling: SamplingParams, n: int = 1) -> list[Completion]:
+    def generate_sync(
+        self, prompt_token_ids: Sequence[int], sampling: SamplingParams, n: int = 1
+    ) -> list[Completion]:
         """`generate` for callers without an event loop."""
         return asyncio.run(self.generate(prompt_token_ids, sampling, n))
 
@@ -190,48 +195,66 @@ class LocalEngine:
             raise
 
     def _admit(self) -> None:
+        """Admit pending requests (FIFO) up to max_batch rows and prefill them in one batched forward.
+
+        A request whose prompt shares more than DEFER_TOKENS more tokens with a prompt of this admission
+        round than with anything cached waits one round, so that k requests for one uncached prefix compute
+        it once (the first one's cache is then copied) instead of k times in parallel.
+        """
+        batch: list[tuple[_Request, int, int]] = []
         while self._pending:
             req = self._pending[0]
-            if self._rows and len(self._rows) + req.n > self.max_batch:
-                return
+            busy = len(self._rows) + sum(r.n for r, _, _ in batch)
+            if busy and busy + req.n > self.max_batch:
+                break
+            src, lcp = self._longest_prefix(req.prompt)
+            if batch and max(_common_prefix(req.prompt, b.prompt) for b, _, _ in batch) > lcp + DEFER_TOKENS:
+                break
             self._pending.pop(0)
-            self._start(req)
+            if src >= 0 and self._state[src] == PARKED and lcp == self._cached[src]:
+                row = src  # a returning episode: extend its row in place
+            else:
+                row = self._alloc(exclude=src)
+                if lcp > 0:
+                    self._copy_prefix(src, row, lcp)
+            self._ensure_positions(req.prompt.size + 1)
+            self._cached[row] = lcp
+            self._state[row] = ACTIVE
+            self._tok[row, : req.prompt.size] = req.prompt
+            batch.append((req, row, lcp))
+        if batch:
+            self._prefill(batch)
 
-    def _start(self, req: _Request) -> None:
-        prompt = req.prompt
-        src, lcp = self._longest_prefix(prompt)
-        if src >= 0 and self._state[src] == PARKED and lcp == self._cached[src]:
-            row = src  # a returning episode: extend its row in place
-        else:
-            row = self._alloc(exclude=src)
-            if lcp > 0:
-                self._copy_prefix(src, row, lcp)
-        self._cached[row] = lcp
-        self._state[row] = ACTIVE
-        self._ensure_positions(prompt.size + 1)
-        self._tok[row, : prompt.size] = prompt
-        new = torch.as_tensor(prompt[lcp:], device=self.device).view(1, -1)
-        self.stats.prefill_tokens += int(new.shape[1])
-        self.stats.reused_tokens += int(lcp)
-        logits = self._forward(slice(row, row + 1), new, torch.tensor([lcp], device=self.device))
-        self._cached[row] = prompt.size
-        rows = [row]
-        for _ in range(1, req.n):
-            other = self._alloc(exclude=row)
-            self._copy_prefix(row, other, prompt.size)
-            self._cached[other] = prompt.size
-            self._state[other] = ACTIVE
-            self._tok[other, : prompt.size] = prompt
-            rows.append(other)
-        gens = []
-        for i in range(req.n):
-            g = torch.Generator(device="cpu")
-            g.manual_seed(completion_seed(req.sampling.seed, i))
-            gens.append(g)
-        toks, lps = _sample(logits.expand(req.n, -1), [req.sampling] * req.n, gens)
-        for i, r in enumerate(rows):
-            self._rows[r] = _Row(req, i, gens[i], int(toks[i]))
-            self._record(r, int(toks[i]), float(lps[i]))
+    def _prefill(self, batch: list[tuple[_Request, int, int]]) -> None:
+        """Run every admitted prompt's uncached tail in one right-padded forward, fork n-1 copies, sample."""
+        lengths = [req.prompt.size - lcp for req, _, lcp in batch]
+        width = max(lengths)
+        ids = torch.zeros(len(batch), width, dtype=torch.long)
+        for i, (req, _, lcp) in enumerate(batch):
+            ids[i, : lengths[i]] = torch.as_tensor(req.prompt[lcp:])
+            self.stats.prefill_tokens += lengths[i]
+            self.stats.reused_tokens += lcp
+        rows = np.asarray([row for _, row, _ in batch], np.int64)
+        start = torch.as_tensor([lcp for _, _, lcp in batch], dtype=torch.long)
+        self._ensure_positions(int(start.max()) + width + 1)
+        logits = self._forward(rows, ids.to(self.device), start.to(self.device), last=np.asarray(lengths) - 1)
+        for i, (req, row, _) in enumerate(batch):
+            self._cached[row] = req.prompt.size
+            forks = [row]
+            for _ in range(1, req.n):
+                other = self._alloc(exclude=row)
+                self._copy_prefix(row, other, req.prompt.size)
+                self._cached[other] = req.prompt.size
+                self._state[other] = ACTIVE
+                forks.append(other)
+            gens = [
+                torch.Generator(device="cpu").manual_seed(completion_seed(req.sampling.seed, j))
+                for j in range(req.n)
+            ]
+            toks, lps = _sample(logits[i : i + 1].expand(req.n, -1), [req.sampling] * req.n, gens)
+            for j, r in enumerate(forks):
+                self._rows[r] = _Row(req, j, gens[j], int(toks[j]))
+                self._record(r, int(toks[j]), float(lps[j]))
 
     def _record(self, r: int, tok: int, logprob: float) -> None:
         """Append a sampled token to row r and finish the row if it stops."""
@@ -300,19 +323,30 @@ class LocalEngine:
         return int(cand[best]), int(lcp[best])
 
     def _alloc(self, exclude: int) -> int:
-        """A row to write into: the lowest free one, else evict the least recently used parked row."""
+        """A row to write into, keeping active rows packed at low indices (the decode batch is rows
+        0..max active): a free row below the highest active one, else the least recently used parked row
+        below it, else the lowest free row, else the least recently used parked row; grow when none."""
+        active = np.flatnonzero(self._state == ACTIVE)
+        hi = int(active[-1]) + 1 if active.size else 0
         free = np.flatnonzero(self._state == FREE)
-        if free.size == 0 and self._rows_cap < self.max_rows:
-            self._grow(min(self.max_rows, 2 * self._rows_cap), self._pos_cap)
-            free = np.flatnonzero(self._state == FREE)
-        if free.size:
-            return int(free[0])
         parked = np.flatnonzero(self._state == PARKED)
         parked = parked[parked != exclude]
-        if parked.size == 0:  # every row is active: grow beyond max_rows for this oversized request
-            self._grow(self._rows_cap + 8, self._pos_cap)
-            return int(np.flatnonzero(self._state == FREE)[0])
-        return int(parked[np.argmin(self._last_use[parked])])
+        if free.size and free[0] < hi:
+            return int(free[0])
+        low = parked[parked < hi]
+        if low.size:
+            return int(low[np.argmin(self._last_use[low])])
+        if free.size:
+            return int(free[0])
+        if self._rows_cap < self.max_rows:
+            r0 = self._rows_cap
+            self._grow(min(self.max_rows, 2 * self._rows_cap), self._pos_cap)
+            return r0
+        if parked.size:
+            return int(parked[np.argmin(self._last_use[parked])])
+        r0 = self._rows_cap  # every row is active: grow beyond max_rows for an oversized request
+        self._grow(self._rows_cap + 8, self._pos_cap)
+        return r0
 
     def _copy_prefix(self, src: int, dst: int, length: int) -> None:
         for k, v in zip(self._k, self._v, strict=True):
@@ -343,27 +377,39 @@ class LocalEngine:
     # ----------------------------------------------------------------------------------------- model
     @torch.inference_mode()
     def _forward(
-        self, rows: slice, ids: torch.Tensor, start: torch.Tensor, write: np.ndarray | None = None
+        self,
+        rows: slice | np.ndarray,
+        ids: torch.Tensor,
+        start: torch.Tensor,
+        write: np.ndarray | None = None,
+        last: np.ndarray | None = None,
     ) -> torch.Tensor:
-        """Run ids (R, L) at positions start[r] + (0..L-1) over cache rows `rows`; return last logits (R, V).
+        """Run ids (R, L) at positions start[r] + (0..L-1) over cache rows `rows`; return logits (R, V).
 
-        Keys/values of the new tokens are written into the cache for the rows in `write` (indices into the
-        whole cache; default all of `rows`); other rows in the slice are computed and ignored.
+        rows: a slice of the cache (decode: every row in it is computed, attention reads the cache in place)
+            or an index array (prefill: the rows' keys/values are gathered).
+        write: cache rows whose new keys/values are stored (default all of `rows`); with a slice, rows outside
+            `write` are computed and ignored.
+        last: per row, the index in 0..L-1 whose logits are returned (default L-1; right-padded prefill).
         """
         t0 = time.perf_counter()
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
         m = self.model.model
         n_rows, length = ids.shape
-        pos = start[:, None] + torch.arange(length, device=ids.device)[None, :]  # (R, L)
+        dev = ids.device
+        pos = start[:, None] + torch.arange(length, device=dev)[None, :]  # (R, L)
         total = int((start + length).max())
-        mask = torch.arange(total, device=ids.device)[None, None, None, :] <= pos[:, None, :, None]  # (R,1,L,T)
-        lo = rows.start or 0
-        local = (
-            torch.arange(n_rows, device=ids.device)
-            if write is None
-            else torch.as_tensor(write - lo, device=ids.device)
-        )
+        mask = torch.arange(total, device=dev)[None, None, None, :] <= pos[:, None, :, None]  # (R, 1, L, T)
+        if isinstance(rows, slice):
+            lo = rows.start or 0
+            local = (
+                torch.arange(n_rows, device=dev) if write is None else torch.as_tensor(write - lo, device=dev)
+            )
+            target = local + lo
+        else:
+            local = torch.arange(n_rows, device=dev)
+            target = torch.as_tensor(rows, device=dev)
         x = m.embed_tokens(ids)
         cos, sin = m.rotary_emb(x, pos)
         for layer, kc, vc in zip(m.layers, self._k, self._v, strict=True):
@@ -376,22 +422,32 @@ class LocalEngine:
             if hasattr(attn, "q_norm"):
                 q, k = attn.q_norm(q), attn.k_norm(k)
             q, k = apply_rotary_pos_emb(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
-            keys, values = kc[rows], vc[rows]  # views (R, kv, P, d)
-            keys[local[:, None], :, pos[local]] = k.transpose(1, 2)[local]
-            values[local[:, None], :, pos[local]] = v[local]
+            kc[target[:, None], :, pos[local]] = k.transpose(1, 2)[local]
+            vc[target[:, None], :, pos[local]] = v[local]
+            if isinstance(rows, slice):
+                keys, values = kc[rows, :, :total], vc[rows, :, :total]  # views
+            else:
+                keys, values = kc[target, :, :total], vc[target, :, :total]  # gathered copies
             out = F.scaled_dot_product_attention(
-                q,
-                keys[:, :, :total],
-                values[:, :, :total],
-                attn_mask=mask,
-                scale=attn.scaling,
-                enable_gqa=True,
+                q, keys, values, attn_mask=mask, scale=attn.scaling, enable_gqa=True
             )
             x = x + attn.o_proj(out.transpose(1, 2).reshape(n_rows, length, -1))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
-        logits = self.model.lm_head(m.norm(x[:, -1]))
+        pick = (
+            torch.full((n_rows,), length - 1, device=dev)
+            if last is None
+            else torch.as_tensor(last, device=dev)
+        )
+        logits = self.model.lm_head(m.norm(x[torch.arange(n_rows, device=dev), pick]))
         self.stats.forward_seconds += time.perf_counter() - t0
         return logits.float()
+
+
+def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the common prefix of two int arrays."""
+    n = min(a.size, b.size)
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if diff.size else n
 
 
 def _sample(
@@ -419,6 +475,10 @@ def _sample(
         tok = order.gather(1, j).squeeze(1)
     else:
         cdf = probs.cumsum(-1)
-        tok = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).clamp_max(cdf.shape[1] - 1).squeeze(1)
+        tok = (
+            torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)
+            .clamp_max(cdf.shape[1] - 1)
+            .squeeze(1)
+        )
     tok = torch.where(greedy, logits.argmax(-1), tok)
     return tok, logp.gather(1, tok[:, None]).squeeze(1)

@@ -60,10 +60,21 @@ async def sample_rewards(
     return np.asarray([e.reward for e in episodes], np.float64).reshape(len(tasks), samples)
 
 
-def success_spread(backend: Any, env_factory: Callable[[], EnvLike], codec: ChatCodec, tasks: Sequence[Task],
-                   sampling: SamplingParams, *, samples: int = 8, max_turns: int = 8, seed: int = 0) -> dict[str, float]:
+def success_spread(
+    backend: Any,
+    env_factory: Callable[[], EnvLike],
+    codec: ChatCodec,
+    tasks: Sequence[Task],
+    sampling: SamplingParams,
+    *,
+    samples: int = 8,
+    max_turns: int = 8,
+    seed: int = 0,
+) -> dict[str, float]:
     """`spread_metrics` of `sample_rewards` (synchronous wrapper)."""
     rewards = asyncio.run(
-        sample_rewards(backend, env_factory, codec, tasks, sampling, samples=samples, max_turns=max_turns, seed=seed)
+        sample_rewards(
+            backend, env_factory, codec, tasks, sampling, samples=samples, max_turns=max_turns, seed=seed
+        )
     )
     return spread_metrics(rewards)

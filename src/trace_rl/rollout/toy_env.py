@@ -141,6 +141,7 @@ class ArithmeticToolEnv:
             correct = answer.group(1).strip() == task.answer
             return StepResult("", float(correct), True, {"answer": answer.group(1).strip()})
         call = _TOOL_RE.search(assistant_text)
+        info: dict[str, object]
         if call is None:
             obs, info = "Error: no <tool_call> or <answer> found.", {"error": "format"}
         else:
