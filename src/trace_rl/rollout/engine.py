@@ -40,6 +40,7 @@ from trace_rl.rollout.backends import Completion, SamplingParams
 SUPPORTED = ("llama", "qwen2", "qwen3")
 FREE, ACTIVE, PARKED = 0, 1, 2
 DEFER_TOKENS = 8
+DEFER_SHARE = 0.9
 _MIX = 0x9E3779B97F4A7C15
 
 
@@ -197,33 +198,44 @@ class LocalEngine:
     def _admit(self) -> None:
         """Admit pending requests (FIFO) up to max_batch rows and prefill them in one batched forward.
 
-        A request whose prompt shares more than DEFER_TOKENS more tokens with a prompt of this admission
-        round than with anything cached waits one round, so that k requests for one uncached prefix compute
-        it once (the first one's cache is then copied) instead of k times in parallel.
+        A request whose uncached tail is mostly (>= DEFER_SHARE) a prefix it shares with a prompt of this
+        admission round waits one round, so that k requests for one uncached prefix compute it once (the
+        first one's cache is then copied) instead of k times side by side. Rows are assigned after selection:
+        returning episodes take over their parked rows first, so that no other request evicts them.
         """
-        batch: list[tuple[_Request, int, int]] = []
+        chosen: list[tuple[_Request, int, int]] = []
+        busy = len(self._rows)
         while self._pending:
             req = self._pending[0]
-            busy = len(self._rows) + sum(r.n for r, _, _ in batch)
             if busy and busy + req.n > self.max_batch:
                 break
             src, lcp = self._longest_prefix(req.prompt)
-            if batch and max(_common_prefix(req.prompt, b.prompt) for b, _, _ in batch) > lcp + DEFER_TOKENS:
-                break
+            if chosen:
+                shared = max(_common_prefix(req.prompt, c.prompt) for c, _, _ in chosen)
+                if shared - lcp >= max(DEFER_TOKENS, DEFER_SHARE * (req.prompt.size - lcp)):
+                    break
             self._pending.pop(0)
-            if src >= 0 and self._state[src] == PARKED and lcp == self._cached[src]:
-                row = src  # a returning episode: extend its row in place
-            else:
-                row = self._alloc(exclude=src)
+            chosen.append((req, src, lcp))
+            busy += req.n
+        if not chosen:
+            return
+        rows: list[int] = [-1] * len(chosen)
+        taken: set[int] = set()
+        for i, (_, src, lcp) in enumerate(chosen):
+            if src >= 0 and src not in taken and self._state[src] == PARKED and lcp == self._cached[src]:
+                rows[i] = src  # a returning episode: extend its row in place
+                taken.add(src)
+        for i, (req, src, lcp) in enumerate(chosen):
+            if rows[i] < 0:
+                rows[i] = self._alloc(exclude=taken | {src})
                 if lcp > 0:
-                    self._copy_prefix(src, row, lcp)
+                    self._copy_prefix(src, rows[i], lcp)
+                taken.add(rows[i])
             self._ensure_positions(req.prompt.size + 1)
-            self._cached[row] = lcp
-            self._state[row] = ACTIVE
-            self._tok[row, : req.prompt.size] = req.prompt
-            batch.append((req, row, lcp))
-        if batch:
-            self._prefill(batch)
+            self._cached[rows[i]] = lcp
+            self._state[rows[i]] = ACTIVE
+            self._tok[rows[i], : req.prompt.size] = req.prompt
+        self._prefill([(req, rows[i], lcp) for i, (req, _, lcp) in enumerate(chosen)])
 
     def _prefill(self, batch: list[tuple[_Request, int, int]]) -> None:
         """Run every admitted prompt's uncached tail in one right-padded forward, fork n-1 copies, sample."""
@@ -242,7 +254,7 @@ class LocalEngine:
             self._cached[row] = req.prompt.size
             forks = [row]
             for _ in range(1, req.n):
-                other = self._alloc(exclude=row)
+                other = self._alloc(exclude={row})
                 self._copy_prefix(row, other, req.prompt.size)
                 self._cached[other] = req.prompt.size
                 self._state[other] = ACTIVE
@@ -322,7 +334,7 @@ class LocalEngine:
         best = int(np.argmax(lcp))
         return int(cand[best]), int(lcp[best])
 
-    def _alloc(self, exclude: int) -> int:
+    def _alloc(self, exclude: set[int] | frozenset[int] = frozenset()) -> int:
         """A row to write into, keeping active rows packed at low indices (the decode batch is rows
         0..max active): a free row below the highest active one, else the least recently used parked row
         below it, else the lowest free row, else the least recently used parked row; grow when none."""
@@ -330,7 +342,7 @@ class LocalEngine:
         hi = int(active[-1]) + 1 if active.size else 0
         free = np.flatnonzero(self._state == FREE)
         parked = np.flatnonzero(self._state == PARKED)
-        parked = parked[parked != exclude]
+        parked = parked[~np.isin(parked, list(exclude))]
         if free.size and free[0] < hi:
             return int(free[0])
         low = parked[parked < hi]
