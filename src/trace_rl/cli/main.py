@@ -17,12 +17,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trace-rl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"trace-rl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    try:  # the lead's `allocate` command; absent on the policy branch until main is merged
-        from trace_rl.cli import allocate  # type: ignore[attr-defined, unused-ignore]
-    except ImportError:
-        allocate = None  # type: ignore[assignment]
-    if allocate is not None:
-        allocate.register(sub)
+    from trace_rl.cli import allocate
+
+    allocate.register(sub)
+    from trace_rl.cli import env_check
+
+    env_check.register(sub)
     from trace_rl.cli import generate, sft
 
     generate.register(sub)

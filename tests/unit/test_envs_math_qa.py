@@ -1,0 +1,109 @@
+"""math_python and multihop_qa: rewards, error observations, max turns, save points."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from trace_rl.envs import gold_trajectory, load_tasks, make_env
+from trace_rl.envs.math_python import math_answers_match, score_reasoning_gym
+from trace_rl.envs.multihop_qa import BM25Retriever, Passage, exact_match, f1_score, normalize_answer
+
+
+@pytest.fixture(scope="module")
+def math_tasks():  # type: ignore[no-untyped-def]
+    return load_tasks("math_python", "train", limit=7)
+
+
+def test_math_reward_is_binary_on_partial_credit(math_tasks) -> None:  # type: ignore[no-untyped-def]
+    gcd = next(t for t in math_tasks if t.metadata["rg_dataset"] == "gcd")
+    wrong = str(int(gcd.answer) + 1)
+    reward, info = score_reasoning_gym(gcd, wrong)
+    # reasoning-gym's gcd scorer gives partial credit (0.2 here-like values) to a wrong integer; we give 0.
+    assert reward == 0.0 and info["rg_score"] < 1.0
+    assert score_reasoning_gym(gcd, gcd.answer)[0] == 1.0
+
+
+def test_math_scorer_failure_gives_zero(math_tasks) -> None:  # type: ignore[no-untyped-def]
+    broken = dataclasses.replace(
+        math_tasks[0], metadata={**math_tasks[0].metadata, "rg_dataset": "no_such_generator"}
+    )
+    reward, info = score_reasoning_gym(broken, "12")
+    assert reward == 0.0 and "score_error" in info
+
+
+def test_math_answers_match() -> None:
+    assert math_answers_match("\\frac{1}{2}", "0.5")
+    assert math_answers_match("1,234", "1234")
+    assert not math_answers_match("3", "4")
+
+
+def test_malformed_output_is_error_observation_and_max_turns_ends(math_tasks) -> None:  # type: ignore[no-untyped-def]
+    env = make_env("math_python", max_turns=2)
+    env.reset(math_tasks[0])
+    r1 = env.step("<tool_call>{broken</tool_call>")
+    assert not r1.done and r1.observation.startswith("Error") and r1.info["role"] == "user"
+    r2 = env.step("still no answer")
+    assert r2.done and r2.reward == 0.0 and r2.info["truncated"]
+
+
+def test_unknown_tool_and_bad_arguments(math_tasks) -> None:  # type: ignore[no-untyped-def]
+    env = make_env("math_python")
+    env.reset(math_tasks[0])
+    r = env.step('<tool_call>{"name": "shell", "arguments": {"cmd": "ls"}}</tool_call>')
+    assert "unknown tool" in r.observation and r.info["role"] == "tool"
+    r = env.step('<tool_call>{"name": "python", "arguments": {"source": "print(1)"}}</tool_call>')
+    assert "needs a string argument 'code'" in r.observation
+
+
+def test_math_gold_and_snapshot_restore_on_fresh_env(math_tasks) -> None:  # type: ignore[no-untyped-def]
+    task = math_tasks[1]
+    env = make_env("math_python")
+    env.reset(task)
+    turns = gold_trajectory(task)
+    first = env.step(turns[0])
+    assert first.info["role"] == "tool" and task.answer in first.observation.replace(" ", "")
+    state = env.snapshot()
+    env.step("<answer>wrong</answer>")  # mutating the original after the snapshot must not leak into it
+    fresh = make_env("math_python")
+    fresh.restore(state)
+    final = fresh.step(turns[1])
+    assert final.done and final.reward == 1.0
+
+
+def test_qa_normalisation_and_f1() -> None:
+    assert normalize_answer("The  Eiffel-Tower!") == "eiffeltower"
+    assert exact_match("the Boston Celtics", ["Boston Celtics"])
+    # pred tokens [boston, red, sox], gold [boston, celtics]: common 1, P = 1/3, R = 1/2, F1 = 2PR/(P+R) = 0.4
+    assert f1_score("Boston Red Sox", ["Boston Celtics"]) == pytest.approx(0.4)
+
+
+def test_bm25_empty_query_and_k_larger_than_corpus() -> None:
+    r = BM25Retriever(
+        [Passage("1", "Paris", "Paris is the capital of France."), Passage("2", "Rome", "Rome is in Italy.")]
+    )
+    assert r.search("") == [] and r.search("the of a") == []
+    hits = r.search("capital of France", k=10)
+    assert hits[0].id == "1" and len(hits) <= 2
+
+
+def test_qa_user_corpus_and_questions(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(
+        '{"id": "a", "title": "Paris", "text": "Paris is the capital of France."}\n{"id": "b", "title": "Rome", "text": "Rome is in Italy."}\n'
+    )
+    questions = tmp_path / "q.json"
+    questions.write_text('[{"_id": "q1", "question": "Capital of France?", "answer": "Paris"}]')
+    [task] = load_tasks("multihop_qa", "all", questions_path=str(questions))
+    env = make_env("multihop_qa", corpus_path=str(corpus))
+    env.reset(task)
+    obs = env.step(
+        '<tool_call>{"name": "search", "arguments": {"query": "capital France"}}</tool_call>'
+    ).observation
+    assert obs.startswith("[1] Paris:")
+    assert env.step("<answer>paris</answer>").reward == 1.0
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "text": "ok"}\n{"id": "b"}\n')
+    with pytest.raises(ValueError, match=":2:"):
+        make_env("multihop_qa", corpus_path=str(bad))
