@@ -132,3 +132,63 @@ def test_gold_turns_reach_reward_one(tiny_policy):
     )
     assert ep.finish == "done" and ep.reward == 1.0 and len(ep.turns) == 2
     assert ep.turns[0].observation == task.answer and ep.turns[1].observation == ""
+
+
+class Recording:
+    """Wraps any Env and records its snapshot at the start of every step."""
+
+    def __init__(self, env, log):  # type: ignore[no-untyped-def]
+        self.env, self.log = env, log
+
+    def reset(self, task):  # type: ignore[no-untyped-def]
+        return self.env.reset(task)
+
+    def step(self, text):  # type: ignore[no-untyped-def]
+        self.log.append(self.env.snapshot())
+        return self.env.step(text)
+
+    def snapshot(self):  # type: ignore[no-untyped-def]
+        return self.env.snapshot()
+
+    def restore(self, state):  # type: ignore[no-untyped-def]
+        self.env.restore(state)
+
+
+def test_tiny_policy_on_math_python_with_replay(tiny_policy):
+    envs = pytest.importorskip("trace_rl.envs")
+    (task,) = envs.load_tasks("math_python", "train", 1, 0)
+    engine = LocalEngine(tiny_policy, max_batch=4)
+    codec = ChatCodec(tiny_policy.tokenizer)
+    sampling = SamplingParams(max_new_tokens=10, temperature=1.0)
+    log: list[object] = []
+    ep = run(
+        run_episode(
+            engine,
+            Recording(envs.make_env("math_python", max_turns=5), log),
+            codec,
+            task,
+            sampling,
+            max_turns=3,
+            seed=1,
+        )
+    )
+    assert ep.finish == "max_turns" and len(ep.turns) == 3 and len(ep.save_points) == 2
+    # the tool schema is rendered into the prompt
+    assert '"name": "python"' in tiny_policy.tokenizer.decode(ep.prompt_ids.tolist())
+    replay_log: list[object] = []
+    sp = ep.save_points[1]
+    r = run(
+        run_episode(
+            engine,
+            Recording(envs.make_env("math_python", max_turns=5), replay_log),
+            codec,
+            task,
+            sampling,
+            max_turns=3,
+            seed=2,
+            start=sp,
+        )
+    )
+    assert r.start_depth == 2 and len(r.turns) == 1
+    assert repr(replay_log[0]) == repr(log[2])  # the replay's env is in the state the original saw at turn 3
+    assert repr(log[1]) != repr(log[2])  # (states differ between turns, so the check can fail)

@@ -17,84 +17,20 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from trace_rl.rollout.agent import ChatCodec, EnvLike, Episode, SavePoint, run_episode
 from trace_rl.rollout.backends import GenerationBackend, SamplingParams
-from trace_rl.types import Anchor, RootPlan, Task, Turn
+from trace_rl.tree import RolloutTree
+from trace_rl.types import Anchor, RootPlan, Task
 
 
-class TreeLike(Protocol):
-    """What the scheduler needs from trace_rl.tree.RolloutTree."""
-
-    def add_rollout(self, turns: Sequence[Turn | None], reward: float) -> npt.NDArray[np.int64]: ...
-    def add_replay(
-        self, anchor: int, turns: Sequence[Turn | None], reward: float
-    ) -> npt.NDArray[np.int64]: ...
-    def anchors(self) -> list[Anchor]: ...
-
-
-class _LocalTree:
-    """Minimal stand-in for `trace_rl.tree.RolloutTree` (same method names and semantics) used only when the
-    tree package is not installed; the scheduler prefers the real one."""
-
-    def __init__(self, prompt_ids: npt.ArrayLike | None = None, meta: dict[str, Any] | None = None) -> None:
-        self.parent: list[int] = [-1]
-        self.depth: list[int] = [0]
-        self.reward: list[float] = [math.nan]
-        self.is_replay: list[bool] = [False]
-        self.turns: list[Turn | None] = [None]
-        self.prompt_ids = np.asarray([] if prompt_ids is None else prompt_ids, np.int64)
-        self.meta = dict(meta or {})
-
-    def _chain(
-        self, parent: int, turns: Sequence[Turn | None], reward: float, replay: bool
-    ) -> npt.NDArray[np.int64]:
-        if not turns:
-            raise ValueError("a rollout needs at least one turn")
-        ids = []
-        for i, turn in enumerate(turns):
-            self.parent.append(parent)
-            self.depth.append(self.depth[parent] + 1)
-            self.reward.append(float(reward) if i == len(turns) - 1 else math.nan)
-            self.is_replay.append(replay)
-            self.turns.append(turn)
-            parent = len(self.parent) - 1
-            ids.append(parent)
-        return np.asarray(ids, np.int64)
-
-    def add_rollout(self, turns: Sequence[Turn | None], reward: float) -> npt.NDArray[np.int64]:
-        return self._chain(0, turns, reward, False)
-
-    def add_replay(self, anchor: int, turns: Sequence[Turn | None], reward: float) -> npt.NDArray[np.int64]:
-        if not 0 <= anchor < len(self.parent):
-            raise ValueError(f"anchor {anchor} is not a node")
-        return self._chain(anchor, turns, reward, True)
-
-    def anchors(self) -> list[Anchor]:
-        has_child = set(self.parent[1:])
-        out = []
-        for i in range(1, len(self.parent)):
-            if self.is_replay[i] or i not in has_child:
-                continue
-            j = i
-            while j + 1 < len(self.parent) and self.parent[j + 1] == j and not self.is_replay[j + 1]:
-                j += 1  # walk the chain to its leaf (chains are contiguous node ids)
-            out.append(Anchor(node=i, depth=self.depth[i], reward=self.reward[j]))
-        return out
-
-
-def default_tree_factory(prompt_ids: npt.ArrayLike, meta: dict[str, Any]) -> TreeLike:
-    """`trace_rl.tree.RolloutTree.new(...)` when the tree package is installed, else the local stand-in."""
-    try:
-        from trace_rl.tree import RolloutTree  # type: ignore[attr-defined, import-not-found, unused-ignore]
-    except ImportError:
-        return _LocalTree(prompt_ids, meta)
-    tree: TreeLike = RolloutTree.new(prompt_ids=prompt_ids, meta=meta)
-    return tree
+def default_tree_factory(prompt_ids: npt.ArrayLike, meta: dict[str, Any]) -> RolloutTree:
+    """`RolloutTree.new(prompt_ids=..., meta=...)`."""
+    return RolloutTree.new(prompt_ids=prompt_ids, meta=meta)
 
 
 PrefixStrategy = Callable[[Task, Sequence[Anchor], Sequence[SavePoint], int], npt.ArrayLike]
@@ -137,7 +73,7 @@ class PromptResult:
     """
 
     task: Task
-    tree: TreeLike
+    tree: RolloutTree
     roots: list[Episode]
     replays: list[tuple[int, Episode]] = field(default_factory=list)
     k: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -161,7 +97,7 @@ async def run_plan(
     max_concurrency: int = 64,
     replay_cost: float = 0.5,
     seed: int = 0,
-    tree_factory: Callable[[npt.ArrayLike, dict[str, Any]], TreeLike] = default_tree_factory,
+    tree_factory: Callable[[npt.ArrayLike, dict[str, Any]], RolloutTree] = default_tree_factory,
 ) -> list[PromptResult]:
     """Run a root plan over a candidate pool; returns one `PromptResult` per active prompt (plan order).
 
