@@ -204,19 +204,22 @@ class LocalEngine:
         returning episodes take over their parked rows first, so that no other request evicts them.
         """
         chosen: list[tuple[_Request, int, int]] = []
+        waiting: list[_Request] = []
         busy = len(self._rows)
         while self._pending:
             req = self._pending[0]
             if busy and busy + req.n > self.max_batch:
                 break
+            self._pending.pop(0)
             src, lcp = self._longest_prefix(req.prompt)
             if chosen:
                 shared = max(_common_prefix(req.prompt, c.prompt) for c, _, _ in chosen)
                 if shared - lcp >= max(DEFER_TOKENS, DEFER_SHARE * (req.prompt.size - lcp)):
-                    break
-            self._pending.pop(0)
+                    waiting.append(req)  # next round; later requests may still be admitted now
+                    continue
             chosen.append((req, src, lcp))
             busy += req.n
+        self._pending[:0] = waiting
         if not chosen:
             return
         rows: list[int] = [-1] * len(chosen)
