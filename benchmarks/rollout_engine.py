@@ -8,7 +8,9 @@ Both systems run the same episodes (policy, environment, tasks, sampling setting
 (b) engine: `trace_rl.rollout.LocalEngine` + the agent loop, all episodes concurrent (asyncio).
 Throughput counts sampled tokens per second of wall time (phases 1 + 2).
 replay_cost_ratio (engine only): wall time of k replays from each half-trajectory save point / wall time of
-k full rollouts of the same tasks. With the default random-init tiny policy every turn runs to
+k full rollouts of the same tasks, both issued right after the roots ran (their rows still cached, as the
+scheduler issues replays); replay_cost_ratio_cold: the same from an empty cache (the save point's prefix is
+computed once per anchor inside the replay timing). With the default random-init tiny policy every turn runs to
 --max-new-tokens (it almost never samples the end-of-turn token), so the save point holds exactly half of the
 trajectory's sampled tokens; `prefix_token_share` reports the measured share for any policy.
 
@@ -196,30 +198,38 @@ def main(argv: list[str] | None = None) -> int:
     eng_tokens = sum(e.sampled_tokens for e in roots) + sum(e.sampled_tokens for e in replays)
     log(f"engine: {eng_tokens} tokens in {eng_time:.1f}s ({len(jobs)} replays) stats={engine.stats}")
 
-    # replay cost: k replays from the half-trajectory save points vs k full rollouts of the same tasks, each
-    # from a cold cache (the save point's prefix is computed once per anchor, inside the replay timing);
-    # median over --repeats alternating runs because the machine is shared
-    full_times, rep_times = [], []
+    # replay cost: k replays from the half-trajectory save points vs k full rollouts of the same tasks.
+    # cold: from an empty cache (each save point's prefix is computed once, inside the replay timing).
+    # warm: right after the roots ran, with their rows still cached, as the scheduler issues replays; the full
+    #       rollouts are timed the same way (after the same roots, prompt cached). Medians over --repeats.
+    times: dict[str, list[float]] = {"full_cold": [], "rep_cold": [], "full_warm": [], "rep_warm": []}
+    anchor_tasks = [task for task, _ in anchors]
     for rep_i in range(args.repeats):
         fresh = [
-            (task, None, args.seed + 20_000 + 100 * i + j + rep_i)
-            for i, (task, _) in enumerate(anchors)
+            (t, None, args.seed + 20_000 + 100 * i + j + rep_i)
+            for i, t in enumerate(anchor_tasks)
             for j in range(k)
         ]
-        engine.clear_cache()
-        t0 = time.perf_counter()
-        full = asyncio.run(engine_phase(engine, codec, fresh, sampling, args.max_turns))
-        full_times.append(time.perf_counter() - t0)
-        jobs2 = [
-            (task, sp, args.seed + 30_000 + 100 * i + j + rep_i)
-            for i, (task, sp) in enumerate(anchors)
+        again = [
+            (t, sp, args.seed + 30_000 + 100 * i + j + rep_i)
+            for i, (t, sp) in enumerate(anchors)
             for j in range(k)
         ]
-        engine.clear_cache()
-        t0 = time.perf_counter()
-        rep = asyncio.run(engine_phase(engine, codec, jobs2, sampling, args.max_turns))
-        rep_times.append(time.perf_counter() - t0)
-    full_time, rep_time = float(np.median(full_times)), float(np.median(rep_times))
+        root_jobs = [(t, None, args.seed + i) for i, t in enumerate(tasks)]
+        for warm in (False, True):
+            for name, jobs_i in (("full", fresh), ("rep", again)):
+                engine.clear_cache()
+                if warm:  # same seeds as phase 1: the same roots, whose rows stay parked
+                    asyncio.run(engine_phase(engine, codec, root_jobs, sampling, args.max_turns))
+                t0 = time.perf_counter()
+                done = asyncio.run(engine_phase(engine, codec, jobs_i, sampling, args.max_turns))
+                times[f"{name}_{'warm' if warm else 'cold'}"].append(time.perf_counter() - t0)
+                if name == "rep":
+                    rep = done
+                else:
+                    full = done
+    med = {key: float(np.median(v)) for key, v in times.items()}
+    full_time, rep_time = med["full_warm"], med["rep_warm"]
     prefix_tokens = [
         sum(int(t.loss_mask.sum()) for t in e.turns[:half]) for e in roots if len(e.save_points) >= half
     ]
@@ -236,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         "engine_tok_s": round(eng_tokens / eng_time, 1),
         "speedup": round((eng_tokens / eng_time) / (base_tokens / base_time), 3),
         "replay_cost_ratio": round(rep_time / full_time, 3) if anchors else None,
+        "replay_cost_ratio_cold": round(med["rep_cold"] / med["full_cold"], 3) if anchors else None,
         "prefix_token_share": round(float(np.sum(prefix_tokens) / max(1, np.sum(total_tokens))), 3),
         "baseline_tokens": base_tokens,
         "engine_tokens": eng_tokens,
@@ -243,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         "engine_s": round(eng_time, 2),
         "full_rollouts_s": round(full_time, 2),
         "replays_s": round(rep_time, 2),
+        "full_rollouts_cold_s": round(med["full_cold"], 2),
+        "replays_cold_s": round(med["rep_cold"], 2),
         "replay_tokens": sum(e.sampled_tokens for e in rep),
         "full_rollout_tokens": sum(e.sampled_tokens for e in full),
         "anchors": len(anchors),
