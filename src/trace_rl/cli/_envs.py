@@ -27,7 +27,7 @@ def resolve_env(name: str) -> EnvEntry:
             toy_env.gold_trajectory,
         )
     try:
-        from trace_rl import envs  # type: ignore[attr-defined]
+        from trace_rl import envs
     except ImportError as exc:
         raise UsageError(f"unknown environment {name!r} (the envs package is not installed)") from exc
     return EnvEntry(
