@@ -40,6 +40,11 @@ def test_allocate_sweep_plot(tmp_path) -> None:
         (["--probs", "a,b", "--budget", "4"], "comma-separated numbers"),
         (["--probs", "0.5", "--budget", "4", "--plot", "x.png"], "--plot needs --sweep"),
         (["--probs", "0.5", "--budget", "4", "--sweep", "9:3"], "--sweep"),
+        (["--probs", "0.5", "--budget", "4", "--sweep", "2:4", "--plot", "/tmp/x"], "must name a .png"),
+        (
+            ["--probs", "0.5", "--budget", "4", "--sweep", "2:4", "--plot", "/nonexistent/dir/F.png"],
+            "No such file",
+        ),
     ],
 )
 def test_allocate_bad_input_is_one_line(args, message) -> None:

@@ -117,3 +117,27 @@ def test_prefixes_monotone_in_budget(q, budget) -> None:
         flip_probability(q, allocate_prefixes(q, budget + 1)).sum()
         >= flip_probability(q, allocate_prefixes(q, budget)).sum() - 1e-12
     )
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    q=st.lists(probs, min_size=1, max_size=30),
+    budget=st.integers(0, 60),
+    cap=st.none() | st.integers(0, 8),
+)
+def test_prefix_paths_agree(q, budget, cap) -> None:
+    """The direct sort (small problems) and the log-threshold search (large ones) reach the same optimum."""
+    import trace_rl.allocation.solvers as solvers
+
+    q = np.array(q)
+    direct = allocate_prefixes(q, budget, max_per_prefix=cap)
+    saved = solvers._DIRECT_LIMIT
+    solvers._DIRECT_LIMIT = 0
+    try:
+        search = allocate_prefixes(q, budget, max_per_prefix=cap)
+    finally:
+        solvers._DIRECT_LIMIT = saved
+    assert direct.sum() == search.sum()
+    np.testing.assert_allclose(
+        flip_probability(q, direct).sum(), flip_probability(q, search).sum(), atol=1e-9
+    )

@@ -47,3 +47,22 @@ def test_repeat_probability() -> None:
 def test_invalid_inputs_raise_value_error(call, message) -> None:
     with pytest.raises(ValueError, match=message):
         call()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ([True, False], "not booleans"),
+        (["0.5", "0.5"], "real numbers"),
+        (None, "real numbers"),
+        ([0.5 + 0j], "real numbers"),
+        ([[0.5], [0.1, 0.2]], "ragged"),
+    ],
+)
+def test_probability_inputs_must_be_real_numbers(value, message) -> None:
+    from trace_rl.allocation import allocate_prefixes, allocate_roots
+
+    with pytest.raises(ValueError, match=message):
+        allocate_roots(value, 4)
+    with pytest.raises(ValueError, match=message):
+        allocate_prefixes(value, 4)

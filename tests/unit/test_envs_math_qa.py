@@ -107,3 +107,25 @@ def test_qa_user_corpus_and_questions(tmp_path) -> None:  # type: ignore[no-unty
     bad.write_text('{"id": "a", "text": "ok"}\n{"id": "b"}\n')
     with pytest.raises(ValueError, match=":2:"):
         make_env("multihop_qa", corpus_path=str(bad))
+
+
+def test_math_answers_match_same_in_worker_thread() -> None:
+    # math-verify's signal.alarm timeout raised ValueError outside the main thread, which was swallowed:
+    # 1/2 vs 0.5 matched in the main thread and silently failed in a worker thread.
+    import threading
+
+    cases = [("\\frac{1}{2}", "0.5", True), ("\\sqrt{2}/2", "\\frac{1}{\\sqrt{2}}", True), ("3", "4", False)]
+    results: list[bool] = []
+    worker = threading.Thread(target=lambda: results.extend(math_answers_match(a, g) for a, g, _ in cases))
+    worker.start()
+    worker.join(60)
+    assert results == [want for _, _, want in cases]
+
+
+def test_math_answers_match_skips_numbers_too_big_to_verify() -> None:
+    # Without a timeout, sympy would try to evaluate these towers and factorials forever; the screen says
+    # "not shown equal" instead. Ordinary powers still verify.
+    assert not math_answers_match("2^{2^{2^{100}}}", "4")
+    assert not math_answers_match("(10^{10})!", "3")
+    assert not math_answers_match("x" * 300, "x" * 301)  # over MAX_VERIFY_CHARS: string checks only
+    assert math_answers_match("2^{100}", "1267650600228229401496703205376")

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from trace_rl.envs.base import MAX_CALLS_PER_TURN, parse_turn
+import pytest
+
+from trace_rl.envs import base, load_tasks, make_env
+from trace_rl.envs.base import (
+    MAX_CALL_CHARS,
+    MAX_CALLS_PER_TURN,
+    MAX_CLOSE_TAGS_TRIED,
+    MAX_LITERAL_CHARS,
+    parse_turn,
+)
 
 
 def test_single_call_and_text_after() -> None:
@@ -65,3 +74,79 @@ def test_too_many_calls_is_error() -> None:
     one = '<tool_call>{"name": "a", "arguments": {}}</tool_call>'
     p = parse_turn(one * (MAX_CALLS_PER_TURN + 1))
     assert p.calls == () and "too many" in p.errors[0]
+
+
+# ---- regressions: inputs that used to raise out of parse_turn (and so crash env.step) ----------------------
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # json raw_decode raised ValueError (int digit limit), not JSONDecodeError
+        (OPEN + '{"name": "x", "arguments": {}, "z": ' + "1" * 5000 + "}" + CLOSE, "not valid JSON"),
+        # raw_decode raised RecursionError on deep nesting
+        (OPEN + '{"name": "x", "arguments": ' + "[" * 50_000 + CLOSE, "not valid JSON"),
+        # ast.literal_eval raised TypeError (unhashable dict key)
+        (OPEN + "{'name': 'python', 'arguments': {[1]: 2}}" + CLOSE, "not valid JSON"),
+        # json.loads of string-valued arguments raised RecursionError / ValueError
+        (
+            OPEN + '{"name": "x", "arguments": "' + "[" * 20_000 + '"}' + CLOSE,
+            "string that is not valid JSON",
+        ),
+        (
+            OPEN + '{"name": "x", "arguments": "{\\"a\\": ' + "1" * 5000 + '}"}' + CLOSE,
+            "string that is not valid JSON",
+        ),
+    ],
+)
+def test_pathological_calls_become_errors(text: str, expected: str) -> None:
+    p = parse_turn(text)
+    assert p.calls == () and p.internal_error is None
+    assert len(p.errors) == 1 and expected in p.errors[0]
+
+
+def test_literal_fallback_work_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 100 unparsable calls: the fallback used to literal_eval the text up to every later closing tag of every
+    # call (100 + 99 + ... + 1 = 5050 evaluations, quadratic). Now at most MAX_CALLS_PER_TURN blocks are
+    # parsed, each trying at most MAX_CLOSE_TAGS_TRIED closing tags plus the whole window.
+    import ast
+
+    calls = []
+    real = ast.literal_eval
+
+    def counting(node_or_string: str) -> object:
+        calls.append(len(node_or_string))
+        return real(node_or_string)
+
+    monkeypatch.setattr(base.ast, "literal_eval", counting)
+    p = parse_turn((OPEN + "{" + "x" * 10 + CLOSE) * 100)
+    assert p.calls == () and "too many tool calls" in p.errors[-1]
+    assert len(calls) <= MAX_CALLS_PER_TURN * (MAX_CLOSE_TAGS_TRIED + 1)
+    # one call followed by many closing tags: at most MAX_CLOSE_TAGS_TRIED + 1 evaluations, each bounded
+    calls.clear()
+    p = parse_turn(OPEN + "{'a': " + ("[1, " + CLOSE) * 500)
+    assert len(p.errors) == 1 and len(calls) <= MAX_CLOSE_TAGS_TRIED + 1
+    assert max(calls) <= MAX_LITERAL_CHARS
+
+
+def test_over_long_call_is_an_error_naming_the_cap() -> None:
+    p = parse_turn(OPEN + '{"name": "python", "arguments": {"code": "' + "x" * MAX_CALL_CHARS + '"}}' + CLOSE)
+    assert p.calls == () and str(MAX_CALL_CHARS) in p.errors[0]
+
+
+def test_parser_bug_becomes_error_observation_with_exception_type(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(text: str) -> base.ParsedTurn:
+        raise RuntimeError("simulated parser bug")
+
+    monkeypatch.setattr(base, "_parse_turn", broken)
+    p = parse_turn("anything")
+    assert p.internal_error == "RuntimeError" and p.calls == () and p.answer is None and p.errors
+    assert "simulated parser bug" in caplog.text  # logged with its traceback, not hidden
+    env = make_env("math_python", max_turns=3)
+    env.reset(load_tasks("math_python", limit=1)[0])
+    r = env.step("<answer>1</answer>")
+    assert not r.done and r.reward == 0.0 and r.observation.startswith("Error")
+    assert r.info["parser_exception"] == "RuntimeError" and r.info["turn"] == 1

@@ -86,3 +86,26 @@ def test_policy_loss_combines_terms() -> None:
         policy_loss(logp, old, adv, mask, kl_coef=0.1)
     with pytest.raises(ValueError, match="kl_coef"):
         policy_loss(logp, old, adv, mask, kl_coef=-1.0)
+
+
+def test_nonfinite_padding_does_not_poison_loss_or_gradient() -> None:
+    # Masked-out (padding) positions hold NaN / -inf; multiplying by the 0 mask gave NaN (0 * NaN).
+    # Valid token: ratio exp(0) = 1, advantage 1 -> per-token loss -1; token-mean over 1 token = -1.
+    for pad in (math.nan, -math.inf):
+        lp = torch.tensor([[math.log(0.5), pad]], dtype=torch.float64, requires_grad=True)
+        old = torch.tensor([[math.log(0.5), pad]], dtype=torch.float64)
+        ref = torch.tensor([[math.log(0.5), pad]], dtype=torch.float64)
+        adv = torch.tensor([[1.0, pad]], dtype=torch.float64)
+        mask = torch.tensor([[1, 0]])
+        for agg in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
+            lp.grad = None
+            loss, stats = policy_loss(lp, old, adv, mask, ref_logprobs=ref, kl_coef=0.1, loss_agg=agg)  # type: ignore[arg-type]
+            # KL term: d = 0 at the valid token -> k3 = 0. sum-norm divides by T = 2.
+            assert loss.item() == pytest.approx(-0.5 if agg == "seq-mean-token-sum-norm" else -1.0)
+            assert all(math.isfinite(float(v)) for v in stats.values())
+            loss.backward()
+            assert lp.grad is not None and float(lp.grad[0, 1]) == 0.0 and math.isfinite(float(lp.grad[0, 0]))
+    per_token = torch.tensor([[2.0, math.nan]], requires_grad=True)
+    out = aggregate_loss(per_token, torch.tensor([[1, 0]]))
+    out.backward()
+    assert out.item() == 2.0 and per_token.grad is not None and per_token.grad.tolist() == [[1.0, 0.0]]

@@ -186,3 +186,40 @@ def test_load_rejects_garbage(tmp_path) -> None:
     del d["parent"]
     with pytest.raises(ValueError, match="missing field 'parent'"):
         RolloutTree.from_dict(d)
+
+
+def test_save_converts_numpy_meta_and_rejects_nan_without_leaving_temp_file(tmp_path) -> None:
+    path = tmp_path / "t.json"
+    t = RolloutTree.new(meta={"step": np.int64(3), "lr": np.float32(0.5), "ids": np.arange(2)})
+    t.add_rollout([None], 1.0)
+    t.save(path)
+    assert RolloutTree.load(path).meta == {"step": 3, "lr": 0.5, "ids": [0, 1]}
+    bad = RolloutTree.new(meta={"stats": {"loss": float("nan")}})
+    bad.add_rollout([None], 1.0)
+    with pytest.raises(ValueError, match=r"meta\['stats'\]\['loss'\]"):
+        bad.save(tmp_path / "bad.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]  # no bad.json.tmp left behind
+
+
+def test_load_validates_is_replay_prompt_ids_and_meta(tmp_path) -> None:
+    base = {"format": "trace_rl.RolloutTree", "version": 1, "parent": [-1, 0], "reward": [None, 1]}
+    base |= {"is_replay": [False, False], "turns": [None, None]}
+    path = tmp_path / "t.json"
+    for field, value in [("is_replay", [False, "yes"]), ("is_replay", [0, 2]), ("prompt_ids", "abc")]:
+        path.write_text(json.dumps({**base, field: value}))
+        with pytest.raises(ValueError, match=field):
+            RolloutTree.load(path)
+    path.write_text(json.dumps({**base, "meta": []}))
+    with pytest.raises(ValueError, match="meta"):
+        RolloutTree.load(path)
+    path.write_text(json.dumps({**base, "is_replay": [0, 0], "prompt_ids": [5, 6]}))
+    loaded = RolloutTree.load(path)
+    assert loaded.is_replay.tolist() == [False, False] and loaded.prompt_ids.tolist() == [5, 6]
+
+
+def test_uint64_parent_reported_as_given() -> None:
+    with pytest.raises(ValueError, match="9223372036854775808"):
+        RolloutTree.from_parents(np.array([2**63, 0], dtype=np.uint64), [np.nan, 1.0])
+    # a float id too large for int64 is reported as given too (it used to overflow in the cast)
+    with pytest.raises(ValueError, match=r"parent\[1\] = 1e\+30"):
+        RolloutTree.from_parents(np.array([-1.0, 1e30]), [np.nan, 1.0])

@@ -37,7 +37,9 @@ def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: LossAgg = 
             (arXiv 2402.03300, Eq. 3).
         seq-mean-token-sum-norm: (1/B) sum_b sum_t m l / T, a constant length normaliser (Dr. GRPO,
             arXiv 2503.20783, Sec. 3.1, with T as the constant).
-    Sequences or batches without any masked-in token contribute 0 (never NaN).
+    Sequences or batches without any masked-in token contribute 0 (never NaN). Masked-out positions are
+    dropped with `torch.where`, not multiplied by 0, so a NaN or inf there (padding) neither reaches the loss
+    nor its gradient (which is exactly 0 at those positions).
 
     Raises:
         ValueError: shapes differ or are not (B, T), or an unknown mode.
@@ -45,7 +47,9 @@ def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: LossAgg = 
     _check_2d("per_token", per_token)
     _check_2d("mask", mask, per_token.shape)
     m = mask.to(per_token.dtype)
-    masked = per_token * m
+    masked = torch.where(
+        mask != 0, per_token * m, torch.zeros((), dtype=per_token.dtype, device=per_token.device)
+    )
     if mode == "token-mean":
         return masked.sum() / m.sum().clamp(min=1.0)
     if mode == "seq-mean-token-sum":
@@ -143,12 +147,29 @@ def policy_loss(
         clipped branch), "approx_kl" (mean of (log pi - log pi_old)^2 / 2 over masked-in tokens), and "kl" when a
         penalty is used.
 
+    Non-finite values at masked-out positions (padding) are ignored: the loss, the stats and the gradient
+    are as if they were 0 there, and the gradient at those positions is exactly 0.
+
     Raises:
         ValueError: shape mismatches, kl_coef < 0, or kl_coef > 0 without ref_logprobs.
     """
+    _check_2d("logprobs", logprobs)
+    _check_2d("old_logprobs", old_logprobs, logprobs.shape)
+    _check_2d("advantages", advantages, logprobs.shape)
     _check_2d("mask", mask, logprobs.shape)
+    if ref_logprobs is not None:
+        _check_2d("ref_logprobs", ref_logprobs, logprobs.shape)
     if kl_coef < 0:
         raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
+    # Padding may hold anything (NaN, -inf): replace masked-out inputs by 0 before any arithmetic, so that
+    # neither the loss, the stats nor the gradient see them (the gradient there is exactly 0).
+    keep = mask != 0
+    zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
+    logprobs = torch.where(keep, logprobs, zero)
+    old_logprobs = torch.where(keep, old_logprobs, zero)
+    advantages = torch.where(keep, advantages, zero)
+    if ref_logprobs is not None:
+        ref_logprobs = torch.where(keep, ref_logprobs, zero)
     per_token, clipped = clipped_surrogate(
         logprobs, old_logprobs, advantages, clip_low=clip_low, clip_high=clip_high
     )

@@ -15,7 +15,17 @@ IntArray = npt.NDArray[np.int64]
 
 
 def _as_probability(x: npt.ArrayLike, name: str) -> FloatArray:
-    arr = np.asarray(x, dtype=np.float64)
+    try:
+        raw = np.asarray(x)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{name} must be an array of probabilities in [0, 1] (got a ragged or unreadable value)"
+        ) from None
+    if raw.dtype.kind == "b":
+        raise ValueError(f"{name} must be numbers in [0, 1], not booleans")
+    if raw.dtype.kind not in "fiu":
+        raise ValueError(f"{name} must be real numbers in [0, 1]; got values of type {raw.dtype}")
+    arr = raw.astype(np.float64)
     if np.isnan(arr).any():
         raise ValueError(f"{name} contains NaN; every {name} must be a probability in [0, 1]")
     if ((arr < 0.0) | (arr > 1.0)).any():

@@ -201,6 +201,11 @@ def _as_caps(max_per_prefix: npt.ArrayLike | None, j: int, default: int) -> IntA
     return np.minimum(caps, default)
 
 
+_DIRECT_LIMIT = (
+    4_096  # below this many candidate increments, sorting them directly beats the threshold search
+)
+
+
 def _greedy_flip(q: FloatArray, budget: int, caps: IntArray) -> IntArray:
     """Top-`budget` increments q^k (1-q) over anchors, k < cap_j; ties: smaller k, then lower index."""
     inner = (q > 0.0) & (q < 1.0)
@@ -209,6 +214,14 @@ def _greedy_flip(q: FloatArray, budget: int, caps: IntArray) -> IntArray:
     if int(n_pos.sum()) <= budget:
         k = n_pos.copy()
         return _fill_evenly(k, caps, budget - int(n_pos.sum()))
+    width = min(budget, int(n_pos.max()))
+    if q.shape[0] * width <= _DIRECT_LIMIT:
+        # Small problem: sort the increments themselves (k-major flattening: ties go to smaller k, then index).
+        ks = np.arange(width)
+        inc = np.power(q[None, :], ks[:, None]) * (1.0 - q)[None, :]  # (width, J)
+        inc = np.where(ks[:, None] < n_pos[None, :], inc, -1.0).ravel()
+        top = np.argsort(-inc, kind="stable")[:budget]
+        return np.bincount(top % q.shape[0], minlength=q.shape[0]).astype(np.int64)
     # log-increment of anchor j at k: a_j + k * b_j (b_j < 0); q = 0 has a single increment of value 1 (log 0).
     with np.errstate(divide="ignore"):
         a = np.where(inner, np.log1p(-q), 0.0)

@@ -81,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
     v = _parse_probs(args.probs)
     if args.plot and not args.sweep:
         raise ValueError("--plot needs --sweep LO:HI")
+    if args.plot and not args.plot.lower().endswith(".png"):
+        raise ValueError(f"--plot must name a .png file; got {args.plot!r}")
     trace = _solve(v, args.budget, args)
     uniform = uniform_allocation(v.size, args.budget)
     p_trace = mixed_probability(v, trace)

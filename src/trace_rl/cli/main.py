@@ -23,6 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     from trace_rl.cli import env_check
 
     env_check.register(sub)
+    from trace_rl.cli import lab
+
+    lab.register(sub)
     from trace_rl.cli import generate, sft
 
     generate.register(sub)
@@ -37,6 +40,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except (UsageError, ValueError) as exc:
         print(f"trace-rl {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # unwritable output path, missing folder, full disk: one line, no traceback
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        print(f"trace-rl {args.command}: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 2
 
 

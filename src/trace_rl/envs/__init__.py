@@ -42,7 +42,7 @@ def make_env(name: str, **kwargs: Any) -> Env:
 def load_tasks(
     name: str, split: str = "train", limit: int | None = None, seed: int = 0, **kwargs: Any
 ) -> list[Task]:
-    """Tasks of an environment. Splits: math_python train/test/eval; bfcl train/test; multihop_qa train/test/all.
+    """Tasks of an environment. Splits: math_python train/test/eval; bfcl train/test/all; multihop_qa train/test/all.
 
     Raises:
         ValueError: unknown name or split.

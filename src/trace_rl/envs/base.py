@@ -21,12 +21,27 @@ Parsing decisions for the shapes seen in the wild (each on purpose):
 - ``<answer>`` together with tool calls: the answer wins and ends the episode; the calls are not run
   (reported in ``info["ignored_calls"]``).
 Anything else malformed becomes an error observation: the turn counts, nothing raises.
+
+Work caps (so a hostile or degenerate turn costs time linear in its length, never quadratic):
+- ``MAX_CALLS_PER_TURN`` ``<tool_call>`` blocks are parsed per turn, well-formed or not; a further opening tag
+  makes the whole turn's calls an error ("too many tool calls") and nothing is run;
+- ``MAX_CALL_CHARS`` (64 Ki) characters of one call, counted from its opening brace, go to the JSON decoder:
+  a call whose object does not end within them is an error;
+- the Python-literal fallback sees only the first ``MAX_LITERAL_CHARS`` (8 Ki) characters (so a single-quoted
+  call longer than that is an error) and tries the text up to at most ``MAX_CLOSE_TAGS_TRIED`` closing tags
+  (then the whole window, for a call without a closing tag).
+So one turn costs O(len(text) + MAX_CALLS_PER_TURN * (MAX_CALL_CHARS + (MAX_CLOSE_TAGS_TRIED + 1) *
+MAX_LITERAL_CHARS)); benchmarks/parse_turn.py measures the worst shapes.
+Any exception that still escapes the parser (a bug) is caught in `parse_turn`, logged with its traceback, and
+reported as an error with ``ParsedTurn.internal_error`` set to the exception type, which the envs copy into
+``info["parser_exception"]``: the turn becomes an error observation instead of crashing the episode.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -34,6 +49,15 @@ from typing import Any, Protocol, runtime_checkable
 from trace_rl.types import Task
 
 MAX_CALLS_PER_TURN = 8
+"""At most this many ``<tool_call>`` blocks per turn; more is an error and no call of the turn runs."""
+MAX_CALL_CHARS = 65_536
+"""Characters of one tool call (from its opening brace) the JSON decoder looks at."""
+MAX_LITERAL_CHARS = 8_192
+"""Characters of one tool call the (slower, pure-Python) Python-literal fallback looks at."""
+MAX_CLOSE_TAGS_TRIED = 4
+"""Closing tags tried per call by the Python-literal fallback."""
+
+_log = logging.getLogger(__name__)
 
 _THINK_RE = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
 _ANSWER_RE = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL)
@@ -52,7 +76,8 @@ class StepResult:
         info: JSON-serialisable details. Always holds ``"role"``: "tool" when the observation answers tool
             calls (``info["tool_results"]`` lists ``{"name", "content"}`` per call), "user" when it is a new
             user message (a BFCL fixed user turn, or format feedback after malformed output); plus
-            ``"turn"`` (1-based count of assistant turns so far) and ``"error"`` when the turn was malformed.
+            ``"turn"`` (1-based count of assistant turns so far) and ``"error"`` when the turn was malformed;
+            ``"parser_exception"`` (an exception type name) when the parser itself failed (a bug, logged).
     """
 
     observation: str
@@ -99,40 +124,65 @@ class ParsedTurn:
         calls: tool calls in order of appearance.
         answer: text inside ``<answer>`` (stripped), or None.
         errors: one message per malformed call or block; the env turns these into an error observation.
+        internal_error: see below.
     """
 
     calls: tuple[ToolCall, ...]
     answer: str | None
     errors: tuple[str, ...]
+    internal_error: str | None = None
+    """Type name of an unexpected exception inside the parser (a bug, logged), else None."""
 
 
 def _decode_object(text: str) -> tuple[dict[str, Any] | None, int, str | None]:
     """Decode the JSON (or Python-literal) object starting at ``text[0] == '{'``.
 
-    Returns (object or None, characters consumed, error message or None).
+    Only the first ``MAX_CALL_CHARS`` characters are looked at (the caller passes one more, so that a longer
+    call is recognised as cut). Returns (object or None, characters consumed,
+    error message or None); never raises for any text.
     """
+    window = text[:MAX_CALL_CHARS]
+    truncated = len(text) > MAX_CALL_CHARS
+    obj: Any = None
+    end = 0
     try:
-        obj, end = json.JSONDecoder().raw_decode(text)
-    except json.JSONDecodeError:
-        obj, end = None, 0
+        obj, end = json.JSONDecoder().raw_decode(window)
+    except (ValueError, RecursionError):  # JSONDecodeError, integer digit limit, nesting depth
+        obj = None
     if obj is None:
-        # Python-literal fallback: try the text up to each closing tag, shortest first.
-        for m in re.finditer(re.escape(_CALL_CLOSE), text):
-            candidate = text[: m.start()].strip()
-            try:
-                obj = ast.literal_eval(candidate)
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
-                continue
-            end = m.start()
-            break
-        else:
-            try:
-                obj, end = ast.literal_eval(text.strip()), len(text)
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
-                return None, 0, "tool call is not valid JSON"
+        short = window[:MAX_LITERAL_CHARS]
+        obj, end = _literal_object(short, allow_unclosed=len(short) == len(text))
+        if obj is None:
+            if truncated and _CALL_CLOSE not in window:
+                return None, 0, f"tool call is not valid JSON within its first {MAX_CALL_CHARS} characters"
+            return None, 0, "tool call is not valid JSON"
     if not isinstance(obj, dict):
         return None, end, "tool call must be a JSON object with 'name' and 'arguments'"
     return obj, end, None
+
+
+_LITERAL_ERRORS = (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, OverflowError)
+
+
+def _literal_object(window: str, *, allow_unclosed: bool) -> tuple[Any, int]:
+    """Python-literal fallback: ``ast.literal_eval`` (never eval) of the text up to each of the first
+    ``MAX_CLOSE_TAGS_TRIED`` closing tags, shortest first; then, when allowed, of the whole window (a call
+    whose closing tag is missing). Returns (object, characters consumed) or (None, 0)."""
+    pos = 0
+    for _ in range(MAX_CLOSE_TAGS_TRIED):
+        close = window.find(_CALL_CLOSE, pos)
+        if close < 0:
+            break
+        try:
+            return ast.literal_eval(window[:close].strip()), close
+        except _LITERAL_ERRORS:  # TypeError: unhashable dict key such as {[1]: 2}
+            pos = close + len(_CALL_CLOSE)
+    if allow_unclosed:
+        try:
+            return ast.literal_eval(window.strip()), len(window)
+        except _LITERAL_ERRORS:
+            pass
+    return None, 0
 
 
 def _to_call(obj: dict[str, Any]) -> tuple[ToolCall | None, str | None]:
@@ -145,7 +195,7 @@ def _to_call(obj: dict[str, Any]) -> tuple[ToolCall | None, str | None]:
     if isinstance(args, str):
         try:
             args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # JSONDecodeError, integer digit limit, nesting depth
             return None, f"arguments of {name!r} are a string that is not valid JSON"
     if not isinstance(args, dict) or not all(isinstance(k, str) for k in args):
         return None, f"arguments of {name!r} must be an object with string keys"
@@ -153,7 +203,20 @@ def _to_call(obj: dict[str, Any]) -> tuple[ToolCall | None, str | None]:
 
 
 def parse_turn(text: str) -> ParsedTurn:
-    """Parse one assistant turn into tool calls, an answer and errors (never raises on any string)."""
+    """Parse one assistant turn into tool calls, an answer and errors (never raises, for any input).
+
+    An exception escaping the parser proper is a bug: it is logged with its traceback and returned as a
+    ParsedTurn with no calls, no answer, one error, and ``internal_error`` set to the exception's type name.
+    """
+    try:
+        return _parse_turn(text)
+    except Exception as exc:  # last line of defence: model output must never crash an episode
+        _log.exception("parse_turn failed on a %d-character turn", len(text) if isinstance(text, str) else -1)
+        kind = type(exc).__name__
+        return ParsedTurn((), None, (f"the turn could not be parsed (internal {kind})",), internal_error=kind)
+
+
+def _parse_turn(text: str) -> ParsedTurn:
     if not isinstance(text, str):
         return ParsedTurn((), None, (f"assistant turn must be text, got {type(text).__name__}",))
     visible = _THINK_RE.sub("", text)
@@ -162,10 +225,15 @@ def parse_turn(text: str) -> ParsedTurn:
     calls: list[ToolCall] = []
     errors: list[str] = []
     pos = 0
+    blocks = 0
     while True:
         start = visible.find(_CALL_OPEN, pos)
         if start < 0:
             break
+        if blocks == MAX_CALLS_PER_TURN:
+            errors.append(f"too many tool calls in one turn (more than {MAX_CALLS_PER_TURN})")
+            return ParsedTurn((), answer, tuple(errors))
+        blocks += 1
         body_start = start + len(_CALL_OPEN)
         brace = visible.find("{", body_start)
         close = visible.find(_CALL_CLOSE, body_start)
@@ -173,7 +241,7 @@ def parse_turn(text: str) -> ParsedTurn:
             errors.append("tool call body must be a JSON object")
             pos = close + len(_CALL_CLOSE) if close >= 0 else len(visible)
             continue
-        obj, consumed, err = _decode_object(visible[brace:])
+        obj, consumed, err = _decode_object(visible[brace : brace + MAX_CALL_CHARS + 1])
         if obj is None:
             errors.append(err or "malformed tool call")
             pos = close + len(_CALL_CLOSE) if close >= 0 else len(visible)
@@ -189,9 +257,6 @@ def parse_turn(text: str) -> ParsedTurn:
         pos = after + (len(rest) - len(stripped))
         if stripped.startswith(_CALL_CLOSE):
             pos += len(_CALL_CLOSE)
-    if len(calls) > MAX_CALLS_PER_TURN:
-        errors.append(f"too many tool calls in one turn ({len(calls)} > {MAX_CALLS_PER_TURN})")
-        calls = []
     return ParsedTurn(tuple(calls), answer, tuple(errors))
 
 
@@ -286,6 +351,8 @@ class AnswerEnv:
         st.turn += 1
         parsed = parse_turn(assistant_text)
         info: dict[str, Any] = {"turn": st.turn}
+        if parsed.internal_error is not None:
+            info["parser_exception"] = parsed.internal_error
         if parsed.answer is not None:
             st.done = True
             try:

@@ -351,6 +351,8 @@ class BfclEnv:
         st.steps_in_turn += 1
         parsed = parse_turn(assistant_text)
         info: dict[str, Any] = {"turn": st.total_steps, "user_turn": st.turn_index}
+        if parsed.internal_error is not None:
+            info["parser_exception"] = parsed.internal_error
         if parsed.calls and parsed.answer is None:
             results = []
             for call in parsed.calls:

