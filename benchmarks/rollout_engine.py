@@ -1,0 +1,269 @@
+"""Rollout engine benchmark on the agent workload: multi-turn tool episodes plus replays from save points.
+
+Both systems run the same episodes (policy, environment, tasks, sampling settings, seeds, batch):
+  phase 1: `--batch` root rollouts (one per task) of up to `--max-turns` turns;
+  phase 2: `--k` replays from the save point at depth max_turns // 2 of every root that has one.
+(a) baseline: the straightforward loop: per turn, re-render and re-tokenise every active episode's whole
+    history with the chat template and call Hugging Face `generate()` on the left-padded batch, in lockstep.
+(b) engine: `trace_rl.rollout.LocalEngine` + the agent loop, all episodes concurrent (asyncio).
+Throughput counts sampled tokens per second of wall time (phases 1 + 2).
+replay_cost_ratio (engine only): wall time of k replays from each half-trajectory save point / wall time of
+k full rollouts of the same tasks, both issued right after the roots ran (their rows still cached, as the
+scheduler issues replays); replay_cost_ratio_cold: the same from an empty cache (the save point's prefix is
+computed once per anchor inside the replay timing). With the default random-init tiny policy every turn runs to
+--max-new-tokens (it almost never samples the end-of-turn token), so the save point holds exactly half of the
+trajectory's sampled tokens; `prefix_token_share` reports the measured share for any policy.
+
+Prints one JSON line. Usage: python benchmarks/rollout_engine.py [--quick] [--json] [--policy NAME|PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from trace_rl.policy import load_policy
+from trace_rl.rollout import toy_env
+from trace_rl.rollout.agent import ChatCodec, Episode, SavePoint, run_episode
+from trace_rl.rollout.backends import SamplingParams
+from trace_rl.rollout.engine import LocalEngine
+
+
+def baseline_episodes(
+    policy: Any,
+    tasks: list[Any],
+    sampling: SamplingParams,
+    max_turns: int,
+    starts: list[tuple[Any, list[dict[str, Any]], object, int]] | None = None,
+) -> tuple[int, list[Any]]:
+    """Lockstep HF generate() loop. Returns (sampled tokens, per-episode (messages, env snapshots by depth))."""
+    tok = policy.tokenizer
+    tok.padding_side = "left"
+    eps = []
+    if starts is None:
+        for task in tasks:
+            env = toy_env.make_env(max_turns=max_turns)
+            eps.append(
+                {
+                    "task": task,
+                    "env": env,
+                    "msgs": [{"role": "user", "content": env.reset(task)}],
+                    "depth": 0,
+                    "done": False,
+                    "saves": {},
+                }
+            )
+    else:
+        for task, msgs, state, depth in starts:
+            env = toy_env.make_env(max_turns=max_turns)
+            env.restore(state)
+            eps.append(
+                {
+                    "task": task,
+                    "env": env,
+                    "msgs": [dict(m) for m in msgs],
+                    "depth": depth,
+                    "done": False,
+                    "saves": {},
+                }
+            )
+    sampled = 0
+    torch.manual_seed(sampling.seed)
+    while True:
+        active = [e for e in eps if not e["done"]]
+        if not active:
+            break
+        texts = [
+            tok.apply_chat_template(
+                e["msgs"], tools=list(e["task"].tools), add_generation_prompt=True, tokenize=False
+            )
+            for e in active
+        ]
+        batch = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.inference_mode():
+            out = policy.model.generate(
+                **batch,
+                do_sample=sampling.temperature > 0,
+                temperature=sampling.temperature or None,
+                top_p=sampling.top_p,
+                top_k=0,
+                max_new_tokens=sampling.max_new_tokens,
+                eos_token_id=list(policy.stop_ids),
+                pad_token_id=tok.pad_token_id,
+            )
+        new = out[:, batch["input_ids"].shape[1] :]
+        for e, row in zip(active, new, strict=True):
+            ids = row.tolist()
+            n = len(ids)
+            for j, t in enumerate(ids):
+                if t in policy.stop_ids:
+                    n = j + 1
+                    break
+            sampled += n
+            text = tok.decode([t for t in ids[:n] if t not in policy.stop_ids], skip_special_tokens=False)
+            result = e["env"].step(text)
+            e["depth"] += 1
+            e["msgs"].append({"role": "assistant", "content": text})
+            if result.done or e["depth"] >= max_turns:
+                e["done"] = True
+            else:
+                e["msgs"].append({"role": "tool", "content": result.observation})
+                e["saves"][e["depth"]] = ([dict(m) for m in e["msgs"]], e["env"].snapshot())
+    return sampled, eps
+
+
+async def engine_phase(
+    engine: LocalEngine,
+    codec: ChatCodec,
+    jobs: list[tuple[Any, SavePoint | None, int]],
+    sampling: SamplingParams,
+    max_turns: int,
+) -> list[Episode]:
+    return list(
+        await asyncio.gather(
+            *[
+                run_episode(
+                    engine,
+                    toy_env.make_env(max_turns=max_turns),
+                    codec,
+                    task,
+                    sampling,
+                    max_turns=max_turns,
+                    seed=seed,
+                    start=start,
+                )
+                for task, start, seed in jobs
+            ]
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print only the JSON line")
+    ap.add_argument("--policy", default="tiny")
+    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--k", type=int, default=None)
+    ap.add_argument("--max-turns", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=None, help="replay-cost repeats (median); 1 quick, 3 full")
+    args = ap.parse_args(argv)
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    batch = args.batch or (16 if args.quick else 64)
+    k = args.k or (2 if args.quick else 4)
+    mnt = args.max_new_tokens or (16 if args.quick else 32)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    policy = load_policy(args.policy, seed=args.seed)
+    tasks = toy_env.load_tasks("bench", batch, args.seed)
+    sampling = SamplingParams(max_new_tokens=mnt, temperature=1.0, top_p=1.0, seed=args.seed)
+    codec = ChatCodec(policy.tokenizer)
+    half = max(1, args.max_turns // 2)
+    log = (lambda s: None) if args.json else (lambda s: print(s, file=sys.stderr))
+
+    # (a) baseline: lockstep generate() on re-tokenised histories, roots then replays
+    t0 = time.perf_counter()
+    base_root_tokens, base_eps = baseline_episodes(policy, tasks, sampling, args.max_turns)
+    starts = [(e["task"], *e["saves"][half], half) for e in base_eps if half in e["saves"]]
+    starts = [s for s in starts for _ in range(k)]
+    base_replay_tokens, _ = baseline_episodes(policy, tasks, sampling, args.max_turns, starts)
+    base_time = time.perf_counter() - t0
+    base_tokens = base_root_tokens + base_replay_tokens
+    log(f"baseline: {base_tokens} tokens in {base_time:.1f}s ({len(starts)} replays)")
+
+    # (b) engine: same phases
+    engine = LocalEngine(policy, max_batch=max(batch, k * batch), max_rows=2 * max(batch, k * batch))
+    t0 = time.perf_counter()
+    roots = asyncio.run(
+        engine_phase(
+            engine, codec, [(t, None, args.seed + i) for i, t in enumerate(tasks)], sampling, args.max_turns
+        )
+    )
+    anchors = [(e.task, e.save_points[half - 1]) for e in roots if len(e.save_points) >= half]
+    jobs = [
+        (task, sp, args.seed + 10_000 + 100 * i + j) for i, (task, sp) in enumerate(anchors) for j in range(k)
+    ]
+    replays = asyncio.run(engine_phase(engine, codec, jobs, sampling, args.max_turns))
+    eng_time = time.perf_counter() - t0
+    eng_tokens = sum(e.sampled_tokens for e in roots) + sum(e.sampled_tokens for e in replays)
+    log(f"engine: {eng_tokens} tokens in {eng_time:.1f}s ({len(jobs)} replays) stats={engine.stats}")
+
+    # replay cost: k replays from the half-trajectory save points vs k full rollouts of the same tasks.
+    # cold: from an empty cache (each save point's prefix is computed once, inside the replay timing).
+    # warm: right after the roots ran, with their rows still cached, as the scheduler issues replays; the full
+    #       rollouts are timed the same way (after the same roots, prompt cached). Medians over --repeats.
+    times: dict[str, list[float]] = {"full_cold": [], "rep_cold": [], "full_warm": [], "rep_warm": []}
+    anchor_tasks = [task for task, _ in anchors]
+    for rep_i in range(args.repeats):
+        fresh = [
+            (t, None, args.seed + 20_000 + 100 * i + j + rep_i)
+            for i, t in enumerate(anchor_tasks)
+            for j in range(k)
+        ]
+        again = [
+            (t, sp, args.seed + 30_000 + 100 * i + j + rep_i)
+            for i, (t, sp) in enumerate(anchors)
+            for j in range(k)
+        ]
+        root_jobs = [(t, None, args.seed + i) for i, t in enumerate(tasks)]
+        for warm in (False, True):
+            for name, jobs_i in (("full", fresh), ("rep", again)):
+                engine.clear_cache()
+                if warm:  # same seeds as phase 1: the same roots, whose rows stay parked
+                    asyncio.run(engine_phase(engine, codec, root_jobs, sampling, args.max_turns))
+                t0 = time.perf_counter()
+                done = asyncio.run(engine_phase(engine, codec, jobs_i, sampling, args.max_turns))
+                times[f"{name}_{'warm' if warm else 'cold'}"].append(time.perf_counter() - t0)
+                if name == "rep":
+                    rep = done
+                else:
+                    full = done
+    med = {key: float(np.median(v)) for key, v in times.items()}
+    full_time, rep_time = med["full_warm"], med["rep_warm"]
+    prefix_tokens = [
+        sum(int(t.loss_mask.sum()) for t in e.turns[:half]) for e in roots if len(e.save_points) >= half
+    ]
+    total_tokens = [e.sampled_tokens for e in roots if len(e.save_points) >= half]
+    out = {
+        "policy": args.policy,
+        "quick": args.quick,
+        "batch": batch,
+        "k": k,
+        "max_turns": args.max_turns,
+        "max_new_tokens": mnt,
+        "threads": torch.get_num_threads(),
+        "baseline_tok_s": round(base_tokens / base_time, 1),
+        "engine_tok_s": round(eng_tokens / eng_time, 1),
+        "speedup": round((eng_tokens / eng_time) / (base_tokens / base_time), 3),
+        "replay_cost_ratio": round(rep_time / full_time, 3) if anchors else None,
+        "replay_cost_ratio_cold": round(med["rep_cold"] / med["full_cold"], 3) if anchors else None,
+        "prefix_token_share": round(float(np.sum(prefix_tokens) / max(1, np.sum(total_tokens))), 3),
+        "baseline_tokens": base_tokens,
+        "engine_tokens": eng_tokens,
+        "baseline_s": round(base_time, 2),
+        "engine_s": round(eng_time, 2),
+        "full_rollouts_s": round(full_time, 2),
+        "replays_s": round(rep_time, 2),
+        "full_rollouts_cold_s": round(med["full_cold"], 2),
+        "replays_cold_s": round(med["rep_cold"], 2),
+        "replay_tokens": sum(e.sampled_tokens for e in rep),
+        "full_rollout_tokens": sum(e.sampled_tokens for e in full),
+        "anchors": len(anchors),
+        "repeats": args.repeats,
+    }
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""Supervised warm start on gold trajectories (loss on model tokens only), step-based.
+
+RESOURCES.md records that a from-scratch tiny policy sits at zero success until a sudden copy-learning jump
+after roughly 1,000-1,500 optimizer steps, which depends on the step count (batch 8, peak LR 2e-3, about 1,900
+steps), and that squeezing the learning-rate schedule so the rate is already low there keeps it stuck. The
+schedule here is therefore warmup, a long constant plateau, and a decay over the last `decay_frac` of steps
+only; `train_sft` calls an evaluation callback every `eval_every` steps so that the caller can verify the jump.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from trace_rl.policy.chat import CHAT, IM_END
+from trace_rl.types import Task
+
+
+@dataclass(frozen=True)
+class SFTExample:
+    """One tokenised gold trajectory: ids int64 (T,), loss_mask int8 (T,) (1 on assistant turn tokens)."""
+
+    ids: npt.NDArray[np.int64]
+    loss_mask: npt.NDArray[np.int8]
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    steps: int = 1900
+    batch_size: int = 8
+    lr: float = 2e-3
+    warmup_steps: int = 50
+    decay_frac: float = 0.15  # linear decay to min_lr_ratio * lr over the last 15% of steps
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.0
+    max_len: int = 1024
+    eval_every: int = 250
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1:
+            raise ValueError("steps and batch_size must be >= 1")
+        if not (self.lr > 0 and 0 <= self.decay_frac <= 1 and 0 <= self.min_lr_ratio <= 1):
+            raise ValueError("lr must be > 0, decay_frac and min_lr_ratio in [0, 1]")
+
+
+@dataclass
+class SFTResult:
+    steps: int
+    final_loss: float
+    seconds: float
+    history: list[dict[str, float]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build_sft_examples(
+    tasks: Sequence[Task],
+    gold: Sequence[Sequence[str]],
+    env_factory: Callable[[], Any],
+    tokenizer: Any,
+    system: str | None = None,
+) -> list[SFTExample]:
+    """Tokenise gold trajectories exactly as the agent loop lays out a rollout.
+
+    For each task: the prompt (loss 0), then per gold turn its text + `<|im_end|>` (loss 1) and, unless the
+    env ended the episode, the observation the env returns for that turn (loss 0). The observations come from
+    running the env on the gold turns, so any env following the Env protocol works.
+
+    Raises:
+        ValueError: tasks and gold differ in length, or a gold trajectory is empty.
+    """
+    if len(tasks) != len(gold):
+        raise ValueError(f"{len(tasks)} tasks but {len(gold)} gold trajectories")
+    end = int(tokenizer.convert_tokens_to_ids(IM_END))
+    out = []
+    for task, turns in zip(tasks, gold, strict=True):
+        if not turns:
+            raise ValueError(f"task {task.id!r} has an empty gold trajectory")
+        env = env_factory()
+        first = env.reset(task)
+        ids = list(tokenizer.encode(CHAT.prompt(first, task.tools, system), add_special_tokens=False))
+        mask = [0] * len(ids)
+        for text in turns:
+            model = [*list(tokenizer.encode(text, add_special_tokens=False)), end]
+            ids += model
+            mask += [1] * len(model)
+            result = env.step(text)
+            if result.done:
+                break
+            obs = list(tokenizer.encode(CHAT.observation(result.observation), add_special_tokens=False))
+            ids += obs
+            mask += [0] * len(obs)
+        out.append(SFTExample(np.asarray(ids, np.int64), np.asarray(mask, np.int8)))
+    return out
+
+
+def lr_at(step: int, cfg: SFTConfig) -> float:
+    """Learning rate at optimizer step `step` (0-based): linear warmup, constant, linear decay at the end."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    decay_start = cfg.steps - math.ceil(cfg.decay_frac * cfg.steps)
+    if step < decay_start or cfg.steps == decay_start:
+        return cfg.lr
+    frac = (step - decay_start) / max(1, cfg.steps - decay_start)
+    return cfg.lr * (1.0 - (1.0 - cfg.min_lr_ratio) * frac)
+
+
+def train_sft(
+    model: Any,
+    examples: Sequence[SFTExample],
+    cfg: SFTConfig,
+    *,
+    pad_id: int,
+    evaluate: Callable[[int], dict[str, float]] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> SFTResult:
+    """Train `model` in place with AdamW on batches of examples (shuffled per epoch, seeded).
+
+    Loss: mean token cross-entropy over loss-mask-1 tokens of the batch. `evaluate(step)` runs every
+    `cfg.eval_every` steps and after the last one; its metrics go into the history.
+
+    Raises:
+        ValueError: no examples, or no example with a model token within max_len.
+    """
+    import torch
+
+    if not examples:
+        raise ValueError("no SFT examples")
+    data = [e for e in examples if e.loss_mask[: cfg.max_len].any()]
+    if not data:
+        raise ValueError(f"no example has a model token within max_len={cfg.max_len}")
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    order: list[int] = []
+    history: list[dict[str, float]] = []
+    t0 = time.perf_counter()
+    loss_ema = float("nan")
+    model.train()
+    for step in range(cfg.steps):
+        if len(order) < cfg.batch_size:
+            order += [int(i) for i in rng.permutation(len(data))]
+        batch = [data[order.pop()] for _ in range(cfg.batch_size)]
+        width = min(cfg.max_len, max(e.ids.size for e in batch))
+        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.bool)
+        att = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, e in enumerate(batch):
+            n = min(width, e.ids.size)
+            ids[i, :n] = torch.as_tensor(e.ids[:n])
+            mask[i, :n] = torch.as_tensor(e.loss_mask[:n] == 1)
+            att[i, :n] = 1
+        logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()
+        target_mask = mask[:, 1:]
+        loss = torch.nn.functional.cross_entropy(logits[target_mask], ids[:, 1:][target_mask])
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        value = float(loss.detach())
+        loss_ema = value if math.isnan(loss_ema) else 0.95 * loss_ema + 0.05 * value
+        last = step + 1 == cfg.steps
+        if evaluate is not None and ((step + 1) % cfg.eval_every == 0 or last):
+            model.eval()
+            metrics = {"step": float(step + 1), "loss": loss_ema, **evaluate(step + 1)}
+            model.train()
+            history.append(metrics)
+            if log is not None:
+                log(" ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+        elif log is not None and (step + 1) % 50 == 0:
+            log(
+                f"step={step + 1} loss={loss_ema:.4g} lr={lr_at(step, cfg):.3g} t={time.perf_counter() - t0:.0f}s"
+            )
+    model.eval()
+    return SFTResult(cfg.steps, loss_ema, time.perf_counter() - t0, history)

@@ -1,0 +1,1 @@
+"""Rollouts: generation backends (local engine), the agent loop with save points, and the scheduler."""

@@ -1,0 +1,499 @@
+"""The local generation engine: continuous batching over a row-wise KV cache with prefix reuse (CPU or GPU).
+
+Design (docs/rollout.md):
+- The engine owns a KV cache of `rows x positions` per layer. A row holds one sequence: its token ids, how
+  many of them have keys/values in the cache (`cached`), and its state (free, active = decoding, parked =
+  finished but its cache kept for reuse).
+- A request (prompt ids, sampling, n) is admitted between decode steps. The engine looks for the row whose
+  cached tokens share the longest prefix with the prompt (numpy, all rows at once). A parked row whose whole
+  cache is a prefix of the prompt is taken over in place: that is a multi-turn episode coming back with its
+  observation, and only the observation is computed. Otherwise the shared prefix is copied into a free row.
+  Only the rest of the prompt is run through the model; the other n-1 completions copy the finished prompt
+  cache, so k replays from one save point compute the prefix at most once and their cost follows their new
+  tokens.
+- Each decode step runs every active row at once (one token each) and samples; a row that samples a stop id
+  or reaches its limit leaves the batch at once and its request resolves when all its n rows are done, so
+  episodes that finish a turn early re-enter with their next turn while the others still decode (no lockstep).
+- Sampling: temperature, top-p, per-completion generators seeded from (seed, completion index), so a
+  completion does not depend on what else is in the batch (up to floating-point differences of batched
+  matrix products).
+
+The forward pass is written here against the Llama/Qwen2/Qwen3 module layout of transformers (embed, RMSNorm,
+q/k/v/o projections with optional q/k norms, rotary embedding, gated MLP), reusing the model's own modules and
+weights; `tests/unit/test_engine.py` checks its logits against the model's own forward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from trace_rl.rollout.backends import Completion, SamplingParams
+
+SUPPORTED = ("llama", "qwen2", "qwen3")
+FREE, ACTIVE, PARKED = 0, 1, 2
+DEFER_TOKENS = 8
+DEFER_SHARE = 0.9
+_MIX = 0x9E3779B97F4A7C15
+
+
+def completion_seed(seed: int, index: int) -> int:
+    """A 63-bit generator seed for completion `index` of a request seeded with `seed` (splitmix64 step)."""
+    z = (seed * _MIX + (index + 1) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return (z ^ (z >> 31)) & 0x7FFFFFFFFFFFFFFF
+
+
+@dataclass
+class EngineStats:
+    """Token accounting of an engine since its creation (or the last `reset_stats`)."""
+
+    sampled_tokens: int = 0  # tokens sampled (all completions)
+    prefill_tokens: int = 0  # prompt tokens run through the model
+    reused_tokens: int = 0  # prompt tokens whose keys/values came from the cache (not recomputed)
+    decode_steps: int = 0  # batched decode forwards
+    requests: int = 0
+    forward_seconds: float = 0.0
+
+
+@dataclass
+class _Request:
+    prompt: np.ndarray
+    sampling: SamplingParams
+    n: int
+    future: asyncio.Future[list[Completion]]
+    stop: frozenset[int]
+    outputs: list[tuple[list[int], list[float], str] | None] = field(default_factory=list)
+    remaining: int = 0
+
+
+@dataclass
+class _Row:
+    request: _Request
+    index: int  # completion index within its request
+    generator: torch.Generator
+    pending: int  # last sampled token (its keys/values are not cached yet)
+    out_ids: list[int] = field(default_factory=list)
+    out_logprobs: list[float] = field(default_factory=list)
+
+
+class LocalEngine:
+    """Continuous-batching sampler with a shared-prefix KV cache over a transformers causal LM.
+
+    Args:
+        policy: a `trace_rl.policy.Policy` (model of type llama, qwen2 or qwen3, plus tokenizer and stop ids).
+        max_batch: at most this many rows decode at once (a request with n > max_batch still runs, alone).
+        max_rows: rows kept in the cache (active + parked); parked rows are evicted least recently used first.
+        max_context: longest sequence (prompt + completion) in tokens; longer prompts raise ValueError.
+
+    Raises:
+        ValueError: unsupported model type or bad arguments.
+    """
+
+    def __init__(
+        self, policy: Any, *, max_batch: int = 64, max_rows: int | None = None, max_context: int = 4096
+    ):
+        model = policy.model
+        cfg = model.config
+        if cfg.model_type not in SUPPORTED:
+            raise ValueError(f"local engine supports {', '.join(SUPPORTED)} models, not {cfg.model_type!r}")
+        if getattr(cfg, "use_sliding_window", False):
+            raise ValueError("local engine does not implement sliding-window attention")
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.model = model.eval()
+        self.policy = policy
+        self.stop_ids = frozenset(int(i) for i in policy.stop_ids)
+        self.max_batch = max_batch
+        self.max_rows = max_rows if max_rows is not None else 2 * max_batch
+        if self.max_rows < max_batch:
+            raise ValueError("max_rows must be >= max_batch")
+        self.max_context = min(max_context, int(getattr(cfg, "max_position_embeddings", max_context)))
+        p = next(model.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        self.n_layers = cfg.num_hidden_layers
+        self.n_kv = cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.stats = EngineStats()
+        self._rows_cap = 0
+        self._pos_cap = 0
+        self._k: list[torch.Tensor] = []
+        self._v: list[torch.Tensor] = []
+        self._tok = np.zeros((0, 0), np.int64)  # token ids whose keys/values are cached, per row
+        self._cached = np.zeros(0, np.int64)
+        self._state = np.zeros(0, np.int8)
+        self._last_use = np.zeros(0, np.int64)
+        self._clock = 0
+        self._rows: dict[int, _Row] = {}
+        self._pending: list[_Request] = []
+        self._worker: asyncio.Task[None] | None = None
+        self._grow(min(8, self.max_rows), 256)
+
+    # ----------------------------------------------------------------------------------------- public API
+    async def generate(
+        self, prompt_token_ids: Sequence[int], sampling: SamplingParams, n: int = 1
+    ) -> list[Completion]:
+        """Sample n completions of the prompt (GenerationBackend protocol).
+
+        Raises:
+            ValueError: empty prompt, n < 1, or a prompt longer than max_context - 1.
+        """
+        prompt = np.asarray(prompt_token_ids, dtype=np.int64).reshape(-1)
+        if prompt.size == 0:
+            raise ValueError("prompt_token_ids is empty")
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        if prompt.size >= self.max_context:
+            raise ValueError(f"prompt of {prompt.size} tokens does not fit max_context={self.max_context}")
+        vocab = int(self.model.config.vocab_size)
+        if prompt.min() < 0 or prompt.max() >= vocab:
+            raise ValueError(f"prompt_token_ids must lie in [0, {vocab})")
+        stop = frozenset(sampling.stop_ids) if sampling.stop_ids is not None else self.stop_ids
+        loop = asyncio.get_running_loop()
+        req = _Request(prompt, sampling, n, loop.create_future(), stop, [None] * n, n)
+        self._pending.append(req)
+        self.stats.requests += 1
+        if self._worker is None or self._worker.done():
+            self._worker = loop.create_task(self._run())
+        return await req.future
+
+    def generate_sync(
+        self, prompt_token_ids: Sequence[int], sampling: SamplingParams, n: int = 1
+    ) -> list[Completion]:
+        """`generate` for callers without an event loop."""
+        return asyncio.run(self.generate(prompt_token_ids, sampling, n))
+
+    def reset_stats(self) -> None:
+        self.stats = EngineStats()
+
+    def clear_cache(self) -> None:
+        """Forget every parked row (active rows are untouched)."""
+        self._state[self._state == PARKED] = FREE
+
+    # ----------------------------------------------------------------------------------------- scheduling
+    async def _run(self) -> None:
+        try:
+            while self._pending or self._rows:
+                self._admit()
+                if self._rows:
+                    self._decode_step()
+                await asyncio.sleep(0)  # let finished episodes step their envs and submit their next turn
+        except BaseException as exc:  # resolve every waiter: a dead worker must not hang its callers
+            for req in self._pending + [r.request for r in self._rows.values()]:
+                if not req.future.done():
+                    req.future.set_exception(exc)
+            self._pending.clear()
+            self._rows.clear()
+            self._state[self._state == ACTIVE] = FREE
+            raise
+
+    def _admit(self) -> None:
+        """Admit pending requests (FIFO) up to max_batch rows and prefill them in one batched forward.
+
+        A request whose uncached tail is mostly (>= DEFER_SHARE) a prefix it shares with a prompt of this
+        admission round waits one round, so that k requests for one uncached prefix compute it once (the
+        first one's cache is then copied) instead of k times side by side. Rows are assigned after selection:
+        returning episodes take over their parked rows first, so that no other request evicts them.
+        """
+        chosen: list[tuple[_Request, int, int]] = []
+        waiting: list[_Request] = []
+        busy = len(self._rows)
+        while self._pending:
+            req = self._pending[0]
+            if busy and busy + req.n > self.max_batch:
+                break
+            self._pending.pop(0)
+            src, lcp = self._longest_prefix(req.prompt)
+            if chosen:
+                shared = max(_common_prefix(req.prompt, c.prompt) for c, _, _ in chosen)
+                if shared - lcp >= max(DEFER_TOKENS, DEFER_SHARE * (req.prompt.size - lcp)):
+                    waiting.append(req)  # next round; later requests may still be admitted now
+                    continue
+            chosen.append((req, src, lcp))
+            busy += req.n
+        self._pending[:0] = waiting
+        if not chosen:
+            return
+        rows: list[int] = [-1] * len(chosen)
+        taken: set[int] = set()
+        for i, (_, src, lcp) in enumerate(chosen):
+            if src >= 0 and src not in taken and self._state[src] == PARKED and lcp == self._cached[src]:
+                rows[i] = src  # a returning episode: extend its row in place
+                taken.add(src)
+        for i, (req, src, lcp) in enumerate(chosen):
+            if rows[i] < 0:
+                rows[i] = self._alloc(exclude=taken | {src})
+                if lcp > 0:
+                    self._copy_prefix(src, rows[i], lcp)
+                taken.add(rows[i])
+            self._ensure_positions(req.prompt.size + 1)
+            self._cached[rows[i]] = lcp
+            self._state[rows[i]] = ACTIVE
+            self._tok[rows[i], : req.prompt.size] = req.prompt
+        self._prefill([(req, rows[i], lcp) for i, (req, _, lcp) in enumerate(chosen)])
+
+    def _prefill(self, batch: list[tuple[_Request, int, int]]) -> None:
+        """Run every admitted prompt's uncached tail in one right-padded forward, fork n-1 copies, sample."""
+        lengths = [req.prompt.size - lcp for req, _, lcp in batch]
+        width = max(lengths)
+        ids = torch.zeros(len(batch), width, dtype=torch.long)
+        for i, (req, _, lcp) in enumerate(batch):
+            ids[i, : lengths[i]] = torch.as_tensor(req.prompt[lcp:])
+            self.stats.prefill_tokens += lengths[i]
+            self.stats.reused_tokens += lcp
+        rows = np.asarray([row for _, row, _ in batch], np.int64)
+        start = torch.as_tensor([lcp for _, _, lcp in batch], dtype=torch.long)
+        self._ensure_positions(int(start.max()) + width + 1)
+        logits = self._forward(rows, ids.to(self.device), start.to(self.device), last=np.asarray(lengths) - 1)
+        for i, (req, row, _) in enumerate(batch):
+            self._cached[row] = req.prompt.size
+            forks = [row]
+            for _ in range(1, req.n):
+                other = self._alloc(exclude={row})
+                self._copy_prefix(row, other, req.prompt.size)
+                self._cached[other] = req.prompt.size
+                self._state[other] = ACTIVE
+                forks.append(other)
+            gens = [
+                torch.Generator(device="cpu").manual_seed(completion_seed(req.sampling.seed, j))
+                for j in range(req.n)
+            ]
+            toks, lps = _sample(logits[i : i + 1].expand(req.n, -1), [req.sampling] * req.n, gens)
+            for j, r in enumerate(forks):
+                self._rows[r] = _Row(req, j, gens[j], int(toks[j]))
+                self._record(r, int(toks[j]), float(lps[j]))
+
+    def _record(self, r: int, tok: int, logprob: float) -> None:
+        """Append a sampled token to row r and finish the row if it stops."""
+        row = self._rows[r]
+        row.out_ids.append(tok)
+        row.out_logprobs.append(logprob)
+        row.pending = tok
+        self.stats.sampled_tokens += 1
+        req = row.request
+        reason = None
+        if tok in req.stop:
+            reason = "stop"
+        elif len(row.out_ids) >= req.sampling.max_new_tokens or self._cached[r] + 1 >= self.max_context:
+            reason = "length"
+        if reason is None:
+            return
+        del self._rows[r]
+        self._state[r] = PARKED
+        self._clock += 1
+        self._last_use[r] = self._clock
+        req.outputs[row.index] = (row.out_ids, row.out_logprobs, reason)
+        req.remaining -= 1
+        if req.remaining == 0 and not req.future.done():
+            req.future.set_result(
+                [
+                    Completion(np.asarray(ids, np.int64), np.asarray(lp, np.float32), why)
+                    for ids, lp, why in (o for o in req.outputs if o is not None)
+                ]
+            )
+
+    def _decode_step(self) -> None:
+        active = np.fromiter(self._rows.keys(), dtype=np.int64)
+        active.sort()
+        hi = int(active[-1]) + 1
+        self._ensure_positions(int(self._cached[active].max()) + 2)
+        ids = torch.zeros(hi, 1, dtype=torch.long)
+        start = torch.zeros(hi, dtype=torch.long)
+        ids[active, 0] = torch.as_tensor([self._rows[int(r)].pending for r in active])
+        start[active] = torch.as_tensor(self._cached[active])
+        self._tok[active, self._cached[active]] = [self._rows[int(r)].pending for r in active]
+        logits = self._forward(slice(0, hi), ids.to(self.device), start.to(self.device), write=active)
+        self._cached[active] += 1
+        self.stats.decode_steps += 1
+        rows = [self._rows[int(r)] for r in active]
+        toks, lps = _sample(
+            logits[torch.as_tensor(active, device=logits.device)],
+            [r.request.sampling for r in rows],
+            [r.generator for r in rows],
+        )
+        for j, r in enumerate(active):
+            self._record(int(r), int(toks[j]), float(lps[j]))
+
+    # ----------------------------------------------------------------------------------------- cache rows
+    def _longest_prefix(self, prompt: np.ndarray) -> tuple[int, int]:
+        """(row, length) of the longest cached prefix of prompt[:-1] over all non-free rows; (-1, 0) if none."""
+        cand = np.flatnonzero(self._state != FREE)
+        if cand.size == 0:
+            return -1, 0
+        m = min(prompt.size - 1, self._pos_cap)
+        if m <= 0:
+            return -1, 0
+        eq = self._tok[cand, :m] == prompt[None, :m]
+        eq &= np.arange(m)[None, :] < self._cached[cand][:, None]
+        lcp = np.cumprod(eq, axis=1).sum(axis=1)
+        best = int(np.argmax(lcp))
+        return int(cand[best]), int(lcp[best])
+
+    def _alloc(self, exclude: set[int] | frozenset[int] = frozenset()) -> int:
+        """A row to write into, keeping active rows packed at low indices (the decode batch is rows
+        0..max active): a free row below the highest active one, else the least recently used parked row
+        below it, else the lowest free row, else the least recently used parked row; grow when none."""
+        active = np.flatnonzero(self._state == ACTIVE)
+        hi = int(active[-1]) + 1 if active.size else 0
+        free = np.flatnonzero(self._state == FREE)
+        parked = np.flatnonzero(self._state == PARKED)
+        parked = parked[~np.isin(parked, list(exclude))]
+        if free.size and free[0] < hi:
+            return int(free[0])
+        low = parked[parked < hi]
+        if low.size:
+            return int(low[np.argmin(self._last_use[low])])
+        if free.size:
+            return int(free[0])
+        if self._rows_cap < self.max_rows:
+            r0 = self._rows_cap
+            self._grow(min(self.max_rows, 2 * self._rows_cap), self._pos_cap)
+            return r0
+        if parked.size:
+            return int(parked[np.argmin(self._last_use[parked])])
+        r0 = self._rows_cap  # every row is active: grow beyond max_rows for an oversized request
+        self._grow(self._rows_cap + 8, self._pos_cap)
+        return r0
+
+    def _copy_prefix(self, src: int, dst: int, length: int) -> None:
+        for k, v in zip(self._k, self._v, strict=True):
+            k[dst, :, :length] = k[src, :, :length]
+            v[dst, :, :length] = v[src, :, :length]
+        self._tok[dst, :length] = self._tok[src, :length]
+
+    def _ensure_positions(self, needed: int) -> None:
+        if needed > self._pos_cap:
+            self._grow(self._rows_cap, max(needed, min(2 * self._pos_cap, self.max_context + 1)))
+
+    def _grow(self, rows: int, positions: int) -> None:
+        shape = (rows, self.n_kv, positions, self.head_dim)
+        new_k = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.n_layers)]
+        new_v = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.n_layers)]
+        r0, p0 = self._rows_cap, self._pos_cap
+        if self._k:
+            for old, new in zip(self._k + self._v, new_k + new_v, strict=True):
+                new[:r0, :, :p0] = old
+        tok = np.zeros((rows, positions), np.int64)
+        tok[:r0, :p0] = self._tok
+        self._k, self._v, self._tok = new_k, new_v, tok
+        self._cached = np.concatenate([self._cached, np.zeros(rows - r0, np.int64)])
+        self._state = np.concatenate([self._state, np.zeros(rows - r0, np.int8)])
+        self._last_use = np.concatenate([self._last_use, np.zeros(rows - r0, np.int64)])
+        self._rows_cap, self._pos_cap = rows, positions
+
+    # ----------------------------------------------------------------------------------------- model
+    @torch.inference_mode()
+    def _forward(
+        self,
+        rows: slice | np.ndarray,
+        ids: torch.Tensor,
+        start: torch.Tensor,
+        write: np.ndarray | None = None,
+        last: np.ndarray | None = None,
+    ) -> torch.Tensor:
+        """Run ids (R, L) at positions start[r] + (0..L-1) over cache rows `rows`; return logits (R, V).
+
+        rows: a slice of the cache (decode: every row in it is computed, attention reads the cache in place)
+            or an index array (prefill: the rows' keys/values are gathered).
+        write: cache rows whose new keys/values are stored (default all of `rows`); with a slice, rows outside
+            `write` are computed and ignored.
+        last: per row, the index in 0..L-1 whose logits are returned (default L-1; right-padded prefill).
+        """
+        t0 = time.perf_counter()
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+        m = self.model.model
+        n_rows, length = ids.shape
+        dev = ids.device
+        pos = start[:, None] + torch.arange(length, device=dev)[None, :]  # (R, L)
+        total = int((start + length).max())
+        mask = torch.arange(total, device=dev)[None, None, None, :] <= pos[:, None, :, None]  # (R, 1, L, T)
+        if isinstance(rows, slice):
+            lo = rows.start or 0
+            local = (
+                torch.arange(n_rows, device=dev) if write is None else torch.as_tensor(write - lo, device=dev)
+            )
+            target = local + lo
+        else:
+            local = torch.arange(n_rows, device=dev)
+            target = torch.as_tensor(rows, device=dev)
+        x = m.embed_tokens(ids)
+        cos, sin = m.rotary_emb(x, pos)
+        for layer, kc, vc in zip(m.layers, self._k, self._v, strict=True):
+            attn = layer.self_attn
+            h = layer.input_layernorm(x)
+            shape = (n_rows, length, -1, self.head_dim)
+            q = attn.q_proj(h).view(shape)
+            k = attn.k_proj(h).view(shape)
+            v = attn.v_proj(h).view(shape)
+            if hasattr(attn, "q_norm"):
+                q, k = attn.q_norm(q), attn.k_norm(k)
+            q, k = apply_rotary_pos_emb(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+            kc[target[:, None], :, pos[local]] = k.transpose(1, 2)[local]
+            vc[target[:, None], :, pos[local]] = v[local]
+            if isinstance(rows, slice):
+                keys, values = kc[rows, :, :total], vc[rows, :, :total]  # views
+            else:
+                keys, values = kc[target, :, :total], vc[target, :, :total]  # gathered copies
+            out = F.scaled_dot_product_attention(
+                q, keys, values, attn_mask=mask, scale=attn.scaling, enable_gqa=True
+            )
+            x = x + attn.o_proj(out.transpose(1, 2).reshape(n_rows, length, -1))
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        pick = (
+            torch.full((n_rows,), length - 1, device=dev)
+            if last is None
+            else torch.as_tensor(last, device=dev)
+        )
+        logits = self.model.lm_head(m.norm(x[torch.arange(n_rows, device=dev), pick]))
+        self.stats.forward_seconds += time.perf_counter() - t0
+        return logits.float()
+
+
+def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the common prefix of two int arrays."""
+    n = min(a.size, b.size)
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if diff.size else n
+
+
+def _sample(
+    logits: torch.Tensor, params: Sequence[SamplingParams], generators: Sequence[torch.Generator]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row. logits (R, V); returns (tokens int64 (R,), logprobs float32 (R,)).
+
+    Row r samples from softmax(logits_r / T_r) truncated to the smallest top-p set (inverse-CDF with a
+    uniform from its own generator), or takes the argmax when T_r = 0. The logprob is under the untruncated
+    softmax(logits_r / T_r) (T = 1 for greedy).
+    """
+    logits = logits.float().cpu()
+    temp = torch.tensor([p.temperature for p in params], dtype=torch.float32)
+    top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32)
+    greedy = temp == 0
+    scaled = logits / torch.where(greedy, torch.ones_like(temp), temp)[:, None]
+    logp = torch.log_softmax(scaled, dim=-1)
+    probs = logp.exp()
+    u = torch.cat([torch.rand(1, generator=g) for g in generators])
+    if bool((top_p < 1).any()):
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        keep = (sorted_p.cumsum(-1) - sorted_p) < top_p[:, None]
+        cdf = (sorted_p * keep).cumsum(-1)
+        j = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).clamp_max(cdf.shape[1] - 1)
+        tok = order.gather(1, j).squeeze(1)
+    else:
+        cdf = probs.cumsum(-1)
+        tok = (
+            torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)
+            .clamp_max(cdf.shape[1] - 1)
+            .squeeze(1)
+        )
+    tok = torch.where(greedy, logits.argmax(-1), tok)
+    return tok, logp.gather(1, tok[:, None]).squeeze(1)

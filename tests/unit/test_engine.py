@@ -1,0 +1,171 @@
+"""Local engine: logits equal the model's own forward, prefix reuse, cache carry, seeds, sampling math."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from trace_rl.rollout.backends import SamplingParams  # noqa: E402
+from trace_rl.rollout.engine import LocalEngine, _sample, completion_seed  # noqa: E402
+
+PROMPT = list(range(5, 40))  # 35 arbitrary ids of the 512-token vocabulary
+
+
+def reference_logprobs(model, ids: list[int], start: int) -> np.ndarray:
+    """log p(ids[t] | ids[:t]) for t >= start under the model's own forward (temperature 1)."""
+    with torch.no_grad():
+        logp = model(torch.tensor([ids])).logits[0].log_softmax(-1)
+    tgt = torch.tensor(ids[start:])
+    return logp[start - 1 : -1].gather(1, tgt[:, None]).squeeze(1).numpy()
+
+
+def test_greedy_matches_hf_generate_and_logprobs(tiny_policy):
+    eng = LocalEngine(tiny_policy, max_batch=4)
+    sp = SamplingParams(max_new_tokens=12, temperature=0.0, stop_ids=())
+    (c,) = eng.generate_sync(PROMPT, sp)
+    with torch.no_grad():
+        ref = tiny_policy.model.generate(
+            torch.tensor([PROMPT]), max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0
+        )
+    assert c.token_ids.tolist() == ref[0, len(PROMPT) :].tolist()
+    assert c.finish_reason == "length"
+    np.testing.assert_allclose(
+        c.logprobs,
+        reference_logprobs(tiny_policy.model, PROMPT + c.token_ids.tolist(), len(PROMPT)),
+        atol=1e-4,
+    )
+
+
+def test_sampled_logprobs_match_model_under_batching_and_forks(tiny_policy):
+    # 3 completions from one prefix plus an unrelated request in the same decode batch: every row's
+    # logprobs must equal the model's own forward on that row's full sequence (temperature 1).
+    eng = LocalEngine(tiny_policy, max_batch=8)
+    sp = SamplingParams(max_new_tokens=10, temperature=1.0, seed=7, stop_ids=())
+
+    async def both():
+        import asyncio
+
+        return await asyncio.gather(eng.generate(PROMPT, sp, 3), eng.generate(PROMPT[::-1][:20], sp, 1))
+
+    import asyncio
+
+    forks, (other,) = asyncio.run(both())
+    for c in [*forks, other]:
+        prompt = PROMPT if c is not other else PROMPT[::-1][:20]
+        ref = reference_logprobs(tiny_policy.model, prompt + c.token_ids.tolist(), len(prompt))
+        np.testing.assert_allclose(c.logprobs, ref, atol=1e-4)
+    assert len({tuple(c.token_ids.tolist()) for c in forks}) == 3  # independent samples
+
+
+def test_prefix_computed_once_and_cache_carried_across_turns(tiny_policy):
+    eng = LocalEngine(tiny_policy, max_batch=8)
+    sp = SamplingParams(max_new_tokens=5, temperature=1.0, seed=1, stop_ids=())
+    cs = eng.generate_sync(PROMPT, sp, n=4)
+    # 4 continuations of a 35-token prompt: the prompt runs through the model once
+    assert eng.stats.prefill_tokens == 35 and eng.stats.reused_tokens == 0
+    assert eng.stats.sampled_tokens == 20
+    # next turn of completion 0: prompt + its 5 tokens + 3 observation ids. Cached: the 35 prompt tokens and
+    # the first 4 sampled ones (the 5th was sampled but never fed back), so 39 reused, 1 + 3 = 4 computed.
+    turn2 = PROMPT + cs[0].token_ids.tolist() + [7, 8, 9]
+    eng.reset_stats()
+    (c2,) = eng.generate_sync(turn2, sp)
+    assert eng.stats.reused_tokens == 39 and eng.stats.prefill_tokens == 4
+    np.testing.assert_allclose(
+        c2.logprobs,
+        reference_logprobs(tiny_policy.model, turn2 + c2.token_ids.tolist(), len(turn2)),
+        atol=1e-4,
+    )
+    # a replay from a prefix of an existing sequence copies it: only the last prompt token is computed
+    eng.reset_stats()
+    eng.generate_sync(PROMPT[:30], sp, n=3)
+    assert eng.stats.reused_tokens == 29 and eng.stats.prefill_tokens == 1
+
+
+def test_concurrent_requests_for_one_uncached_prefix_compute_it_once(tiny_policy):
+    import asyncio
+
+    eng = LocalEngine(tiny_policy, max_batch=8)
+
+    async def three():
+        return await asyncio.gather(
+            *[eng.generate(PROMPT, SamplingParams(3, 1.0, seed=s, stop_ids=())) for s in range(3)]
+        )
+
+    outs = asyncio.run(three())
+    # the first computes all 35 prompt tokens; the other two wait one round, copy 34 and compute the last one
+    assert eng.stats.prefill_tokens == 35 + 1 + 1 and eng.stats.reused_tokens == 34 + 34
+    for c in outs:
+        ref = reference_logprobs(tiny_policy.model, PROMPT + c[0].token_ids.tolist(), len(PROMPT))
+        np.testing.assert_allclose(c[0].logprobs, ref, atol=1e-4)
+
+
+def test_same_seed_same_tokens_and_seed_changes_them(tiny_policy):
+    sp = SamplingParams(max_new_tokens=8, temperature=1.0, top_p=0.9, seed=3, stop_ids=())
+    a = LocalEngine(tiny_policy).generate_sync(PROMPT, sp, n=3)
+    b = LocalEngine(tiny_policy).generate_sync(PROMPT, sp, n=3)
+    c = LocalEngine(tiny_policy).generate_sync(PROMPT, SamplingParams(8, 1.0, 0.9, seed=4, stop_ids=()), n=3)
+    assert [x.token_ids.tolist() for x in a] == [x.token_ids.tolist() for x in b]
+    assert [x.token_ids.tolist() for x in a] != [x.token_ids.tolist() for x in c]
+
+
+def test_stop_token_ends_completion(tiny_policy):
+    eng = LocalEngine(tiny_policy)
+    sp = SamplingParams(max_new_tokens=12, temperature=0.0, stop_ids=())
+    (greedy,) = eng.generate_sync(PROMPT, sp)
+    first = int(greedy.token_ids[0])
+    (c,) = eng.generate_sync(PROMPT, SamplingParams(12, 0.0, stop_ids=(first,)))
+    assert c.token_ids.tolist() == [first] and c.finish_reason == "stop"
+
+
+def test_tiny_top_p_is_greedy(tiny_policy):
+    eng = LocalEngine(tiny_policy)
+    (g,) = eng.generate_sync(PROMPT, SamplingParams(8, 0.0, stop_ids=()))
+    (p,) = eng.generate_sync(PROMPT, SamplingParams(8, 1.0, top_p=1e-6, seed=9, stop_ids=()))
+    assert g.token_ids.tolist() == p.token_ids.tolist()
+
+
+def test_sample_logprobs_hand_computed():
+    # logits [0, ln 3]: softmax = [1/4, 3/4]; at temperature 0.5 the logits double: [0, ln 9] -> [1/10, 9/10]
+    logits = torch.tensor([[0.0, math.log(3.0)], [0.0, math.log(3.0)]])
+    gens = [torch.Generator().manual_seed(i) for i in range(2)]
+    params = [SamplingParams(temperature=1.0), SamplingParams(temperature=0.5)]
+    tok, lp = _sample(logits, params, gens)
+    expect = [[math.log(0.25), math.log(0.75)], [math.log(0.1), math.log(0.9)]]
+    for r in range(2):
+        assert lp[r].item() == pytest.approx(expect[r][int(tok[r])], abs=1e-6)
+    # greedy takes the argmax and reports its temperature-1 logprob, log(3/4)
+    tok, lp = _sample(logits[:1], [SamplingParams(temperature=0.0)], gens[:1])
+    assert int(tok[0]) == 1 and lp[0].item() == pytest.approx(math.log(0.75), abs=1e-6)
+
+
+def test_sample_frequencies_follow_probabilities():
+    # 4000 draws from [1/4, 3/4]: the share of token 1 is 0.75 within 4 standard errors (sqrt(.1875/4000) ~ .0068)
+    logits = torch.tensor([[0.0, math.log(3.0)]]).expand(4000, 2)
+    gens = [torch.Generator().manual_seed(completion_seed(0, i)) for i in range(4000)]
+    tok, _ = _sample(logits, [SamplingParams()] * 4000, gens)
+    assert abs(tok.float().mean().item() - 0.75) < 4 * 0.0068
+
+
+def test_bad_requests_raise(tiny_policy):
+    eng = LocalEngine(tiny_policy)
+    with pytest.raises(ValueError, match="empty"):
+        eng.generate_sync([], SamplingParams())
+    with pytest.raises(ValueError, match="n must be"):
+        eng.generate_sync([1, 2], SamplingParams(), n=0)
+    with pytest.raises(ValueError, match=r"\[0, 512\)"):
+        eng.generate_sync([1, 9999], SamplingParams())
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        SamplingParams(max_new_tokens=0)
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingParams(top_p=0.0)
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingParams(temperature=float("nan"))
+
+
+def test_completion_seeds_distinct():
+    seeds = {completion_seed(s, i) for s in range(20) for i in range(20)}
+    assert len(seeds) == 400 and all(0 <= s < 2**63 for s in seeds)
