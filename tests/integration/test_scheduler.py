@@ -124,7 +124,7 @@ def test_bad_strategy_and_plan_raise(tiny_policy):
     engine = LocalEngine(tiny_policy)
     codec = ChatCodec(tiny_policy.tokenizer)
     sp = SamplingParams(max_new_tokens=4)
-    greedy = lambda task, anchors, points, budget: np.full(len(anchors), budget + 1)  # noqa: E731
+    greedy = lambda task, tree, anchors, points, budget: np.full(len(anchors), budget + 1)  # noqa: E731
     with pytest.raises(ValueError, match="prefix strategy returned"):
         asyncio.run(run_plan(plan([2], [1]), tasks, engine, toy_env.make_env, codec, sp, greedy, max_turns=2))
     with pytest.raises(ValueError, match="pool has 1"):

@@ -29,7 +29,7 @@ def test_overrides_and_types() -> None:
         (["budget.rootz=3"], "budget.rootz: unknown key"),
         (["nonsense=1"], "nonsense: unknown key"),
         (["budget.roots=abc"], "budget.roots: expected an integer"),
-        (["budget.roots=12"], "multiple of group_size"),
+        (["budget.roots=10"], "multiple of group_size"),
         (["method=ppo"], "method: unknown method 'ppo'"),
         (["sampling.temperature=0"], "sampling.temperature"),
         (["env.pool_size=2"], "env.pool_size: must be at least the baselines' batch size"),

@@ -17,19 +17,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trace-rl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"trace-rl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    from trace_rl.cli import allocate
+    from trace_rl.cli import allocate, compare, env_check, generate, lab, report, sft, train
 
-    allocate.register(sub)
-    from trace_rl.cli import env_check
-
-    env_check.register(sub)
-    from trace_rl.cli import lab
-
-    lab.register(sub)
-    from trace_rl.cli import generate, sft
-
-    generate.register(sub)
-    sft.register(sub)
+    for module in (train, compare, report, allocate, lab, env_check, generate, sft):
+        module.register(sub)
     return parser
 
 

@@ -33,14 +33,15 @@ def default_tree_factory(prompt_ids: npt.ArrayLike, meta: dict[str, Any]) -> Rol
     return RolloutTree.new(prompt_ids=prompt_ids, meta=meta)
 
 
-PrefixStrategy = Callable[[Task, Sequence[Anchor], Sequence[SavePoint], int], npt.ArrayLike]
-"""strategy(task, anchors, save_points, budget) -> k (one count per anchor, sum(k) <= budget).
+PrefixStrategy = Callable[[Task, RolloutTree, Sequence[Anchor], Sequence[SavePoint], int], npt.ArrayLike]
+"""strategy(task, tree, anchors, save_points, budget) -> k (one count per anchor, sum(k) <= budget).
 
-save_points[j] is the boundary of anchors[j] (token prefix + env snapshot), for predictors that read it."""
+``tree`` holds the prompt's root rollouts (a predictor reads each anchor's history from it); save_points[j] is
+the boundary of anchors[j] (token prefix + env snapshot)."""
 
 
 def uniform_prefixes(
-    task: Task, anchors: Sequence[Anchor], save_points: Sequence[SavePoint], budget: int
+    task: Task, tree: RolloutTree, anchors: Sequence[Anchor], save_points: Sequence[SavePoint], budget: int
 ) -> npt.NDArray[np.int64]:
     """Spread the budget as evenly as possible over the anchors (earliest anchors get the remainder):
     the uniform-prefix baseline of the paper's ablation."""
@@ -52,7 +53,7 @@ def uniform_prefixes(
 
 
 def no_replays(
-    task: Task, anchors: Sequence[Anchor], save_points: Sequence[SavePoint], budget: int
+    task: Task, tree: RolloutTree, anchors: Sequence[Anchor], save_points: Sequence[SavePoint], budget: int
 ) -> npt.NDArray[np.int64]:
     """No prefix expansion (GRPO, PCL, root-only baselines)."""
     return np.zeros(len(anchors), np.int64)
@@ -142,7 +143,7 @@ async def run_plan(
         points = [save_of[a.node] for a in anchors]
         budget = math.floor(float(plan.replay_budget[i]) + 1e-9)
         k = (
-            np.asarray(strategy(task, anchors, points, budget), dtype=np.int64).reshape(-1)
+            np.asarray(strategy(task, tree, anchors, points, budget), dtype=np.int64).reshape(-1)
             if anchors
             else np.zeros(0, np.int64)
         )
