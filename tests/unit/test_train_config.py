@@ -15,7 +15,9 @@ def test_presets_exist_and_validate() -> None:
 
 
 def test_overrides_and_types() -> None:
-    cfg = load_config(preset="smoke", overrides=["budget.roots=16", "optim.lr=3e-4", "method=grpo", "env.train_limit=none"])
+    cfg = load_config(
+        preset="smoke", overrides=["budget.roots=16", "optim.lr=3e-4", "method=grpo", "env.train_limit=none"]
+    )
     assert cfg.budget.roots == 16 and cfg.optim.lr == pytest.approx(3e-4) and cfg.method == "grpo"
     assert cfg.env.train_limit is None
     assert estimator_for(cfg) == "grpo"  # flat method

@@ -32,7 +32,9 @@ def run(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         raise UsageError("--seeds must be at least 1")
     overrides = list(args.set) + ([f"steps={args.steps}"] if args.steps is not None else [])
-    cfg = load_config(preset=args.preset if args.preset or args.config else "demo", file=args.config, overrides=overrides)
+    cfg = load_config(
+        preset=args.preset if args.preset or args.config else "demo", file=args.config, overrides=overrides
+    )
     from trace_rl.metrics.report import write_report
     from trace_rl.train.compare import compare
 

@@ -1,9 +1,9 @@
 """`trace-rl train`: run (or resume) TRACE or a baseline on a task, logging metrics and checkpoints.
 
-    trace-rl train --preset demo --out runs/demo
-    trace-rl train --config my.yaml --method grpo --steps 20 --seed 1 --out runs/grpo
-    trace-rl train --preset demo --out runs/demo --set budget.roots=64 --set optim.lr=1e-4
-    trace-rl train --resume runs/demo
+trace-rl train --preset demo --out runs/demo
+trace-rl train --config my.yaml --method grpo --steps 20 --seed 1 --out runs/grpo
+trace-rl train --preset demo --out runs/demo --set budget.roots=64 --set optim.lr=1e-4
+trace-rl train --resume runs/demo
 """
 
 from __future__ import annotations
@@ -15,15 +15,31 @@ from typing import Any
 def register(sub: Any) -> None:
     p = sub.add_parser("train", help="train a policy with TRACE or a baseline at equal budget")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--preset", default=None, help="a shipped preset (smoke, demo, smollm2-math, bfcl, multihop_qa)")
+    src.add_argument(
+        "--preset", default=None, help="a shipped preset (smoke, demo, smollm2-math, bfcl, multihop_qa)"
+    )
     src.add_argument("--config", default=None, metavar="FILE", help="a YAML config file")
-    src.add_argument("--resume", default=None, metavar="DIR", help="continue the run in DIR from its last checkpoint")
-    p.add_argument("--method", default=None, help="grpo, pcl, knapsack, treepo, trace, trace_root_only, trace_prefix_only")
+    src.add_argument(
+        "--resume", default=None, metavar="DIR", help="continue the run in DIR from its last checkpoint"
+    )
+    p.add_argument(
+        "--method",
+        default=None,
+        help="grpo, pcl, knapsack, treepo, trace, trace_root_only, trace_prefix_only",
+    )
     p.add_argument("--steps", type=int, default=None, help="training steps")
     p.add_argument("--seed", type=int, default=None, help="random seed")
     p.add_argument("--out", default=None, metavar="DIR", help="output folder (metrics, checkpoints, report)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. budget.roots=64")
-    p.add_argument("--no-progress", action="store_true", help="log one line per step instead of a progress bar")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. budget.roots=64",
+    )
+    p.add_argument(
+        "--no-progress", action="store_true", help="log one line per step instead of a progress bar"
+    )
     p.set_defaults(func=run)
 
 
@@ -51,7 +67,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.out:
         raise UsageError("--out DIR is required (or --resume DIR)")
-    cfg = load_config(preset=args.preset if args.preset or args.config else "demo", file=args.config, overrides=overrides_from(args))
+    cfg = load_config(
+        preset=args.preset if args.preset or args.config else "demo",
+        file=args.config,
+        overrides=overrides_from(args),
+    )
     from trace_rl.train.run import train
 
     train(cfg, args.out, progress=not args.no_progress)

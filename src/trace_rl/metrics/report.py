@@ -30,7 +30,9 @@ def _records(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _series(records: Sequence[dict[str, Any]], key: str, kind: str = "train") -> tuple[np.ndarray, np.ndarray]:
+def _series(
+    records: Sequence[dict[str, Any]], key: str, kind: str = "train"
+) -> tuple[np.ndarray, np.ndarray]:
     rows = [r for r in records if r.get("kind", "train") == kind and isinstance(r.get(key), int | float)]
     return np.array([r["step"] for r in rows], dtype=float), np.array([float(r[key]) for r in rows])
 
@@ -44,7 +46,9 @@ def _plt() -> Any:
     return plt
 
 
-def _line_plot(path: Path, title: str, runs: dict[str, list[dict[str, Any]]], key: str, kind: str = "train") -> bool:
+def _line_plot(
+    path: Path, title: str, runs: dict[str, list[dict[str, Any]]], key: str, kind: str = "train"
+) -> bool:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     drawn = False
@@ -73,12 +77,16 @@ def _depth_plot(path: Path, runs: dict[str, list[dict[str, Any]]]) -> bool:
     width = 0.8 / max(len(runs), 1)
     drawn = False
     for j, (label, recs) in enumerate(runs.items()):
-        hists = [np.asarray(r.get("replay_depths") or [], dtype=float) for r in recs if r.get("kind", "train") == "train"]
+        hists = [
+            np.asarray(r.get("replay_depths") or [], dtype=float)
+            for r in recs
+            if r.get("kind", "train") == "train"
+        ]
         hists = [h for h in hists if h.size]
         if not hists:
             continue
         size = max(h.size for h in hists)
-        total = sum(np.pad(h, (0, size - h.size)) for h in hists)
+        total = np.sum([np.pad(h, (0, size - h.size)) for h in hists], axis=0)
         if total.sum() == 0:
             continue
         ax.bar(np.arange(size) + j * width, total / total.sum(), width=width, label=label)
@@ -186,12 +194,27 @@ def write_report(folder: str | Path) -> Path:
     img.mkdir(parents=True, exist_ok=True)
     figures: list[tuple[str, str]] = []
     plots = [
-        ("effective_ratio.png", "Effective ratio (share of active prompts whose tree is mixed)", "effective_ratio", "train"),
+        (
+            "effective_ratio.png",
+            "Effective ratio (share of active prompts whose tree is mixed)",
+            "effective_ratio",
+            "train",
+        ),
         ("success_rate.png", "Success rate of root rollouts", "success_rate", "train"),
         ("skip_rate.png", "Skip rate (candidate prompts given no rollouts)", "skip_rate", "train"),
-        ("rollouts_per_prompt.png", "Rollouts per active prompt (roots + replays)", "rollouts_per_active_prompt", "train"),
+        (
+            "rollouts_per_prompt.png",
+            "Rollouts per active prompt (roots + replays)",
+            "rollouts_per_active_prompt",
+            "train",
+        ),
         ("budget_spent.png", "Budget spent (rollout-equivalents)", "budget_spent", "train"),
-        ("predictor_mse.png", "Predictor MSE on the step's new nodes (before training on them)", "predictor_mse", "train"),
+        (
+            "predictor_mse.png",
+            "Predictor MSE on the step's new nodes (before training on them)",
+            "predictor_mse",
+            "train",
+        ),
         ("eval_accuracy.png", "Held-out pass@1 (greedy)", "eval_accuracy", "eval"),
     ]
     for name, title, key, kind in plots:
@@ -205,7 +228,10 @@ def write_report(folder: str | Path) -> Path:
         figures.append(("wall_clock.png", "Wall-clock breakdown"))
 
     title = f"trace-rl report: {root.name}"
-    parts = [f"<html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head><body>", f"<h1>{html.escape(title)}</h1>"]
+    parts = [
+        f"<html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+    ]
     if comparison is not None:
         parts.append("<h2>Methods at equal budget</h2><table border='1' cellpadding='4'><tr><th>method</th>")
         cols = ["effective_ratio", "success_rate", "eval_accuracy", "budget_spent", "skip_rate"]
@@ -214,7 +240,11 @@ def write_report(folder: str | Path) -> Path:
             cells = []
             for c in cols:
                 m, s = row.get(c), row.get(f"{c}_std")
-                cells.append(f"<td>{m:.3f} ± {s:.3f}</td>" if isinstance(m, int | float) and isinstance(s, int | float) else f"<td>{m}</td>")
+                cells.append(
+                    f"<td>{m:.3f} ± {s:.3f}</td>"
+                    if isinstance(m, int | float) and isinstance(s, int | float)
+                    else f"<td>{m}</td>"
+                )
             parts.append(f"<tr><td>{html.escape(method)}</td>{''.join(cells)}</tr>")
         parts.append("</table>")
     else:

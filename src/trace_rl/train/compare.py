@@ -18,7 +18,16 @@ import numpy as np
 from trace_rl.train.config import TrainConfig, validate
 from trace_rl.train.run import Trainer, read_metrics, summarize, train
 
-METRICS = ("effective_ratio", "success_rate", "eval_accuracy", "budget_spent", "skip_rate", "active_prompts", "replays", "wall_s")
+METRICS = (
+    "effective_ratio",
+    "success_rate",
+    "eval_accuracy",
+    "budget_spent",
+    "skip_rate",
+    "active_prompts",
+    "replays",
+    "wall_s",
+)
 
 
 def warm_start_once(cfg: TrainConfig, out: Path, log: Callable[[str], None] = print) -> TrainConfig:

@@ -336,7 +336,11 @@ def validate(cfg: TrainConfig) -> None:
         "optim.estimator",
         "must be auto, grpo, tree_grpo or treerpo",
     )
-    need(cfg.optim.loss_agg in ("token-mean", "seq-mean-token-sum"), "optim.loss_agg", "token-mean or seq-mean-token-sum")
+    need(
+        cfg.optim.loss_agg in ("token-mean", "seq-mean-token-sum"),
+        "optim.loss_agg",
+        "token-mean or seq-mean-token-sum",
+    )
     need(cfg.optim.lr > 0, "optim.lr", "must be > 0")
     need(0 < cfg.optim.clip < 1, "optim.clip", "must lie in (0, 1)")
     need(cfg.optim.kl_coef >= 0, "optim.kl_coef", "must be >= 0")

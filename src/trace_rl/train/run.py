@@ -104,7 +104,7 @@ def _json_default(x: Any) -> Any:
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """Records of a metrics.jsonl (a torn last line from a kill is ignored)."""
-    out = []
+    out: list[dict[str, Any]] = []
     p = Path(path)
     if not p.exists():
         return out
@@ -127,7 +127,9 @@ def latest_checkpoint(out: Path) -> Path | None:
 class Trainer:
     """Owns the policy, engine, predictor and data for one run; `run()` executes the remaining steps."""
 
-    def __init__(self, cfg: TrainConfig, out: str | Path, *, resume: bool = False, log: Callable[[str], None] = print):
+    def __init__(
+        self, cfg: TrainConfig, out: str | Path, *, resume: bool = False, log: Callable[[str], None] = print
+    ):
         self.cfg = cfg
         self.out = Path(out)
         self.log = log
@@ -151,6 +153,7 @@ class Trainer:
 
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
+        _quiet_transformers()
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
         torch.set_num_threads(max(1, min(os.cpu_count() or 1, 4)))
@@ -160,7 +163,9 @@ class Trainer:
         env_kwargs = {"max_turns": cfg.env.max_turns}
         self.tasks = load_tasks(cfg.env.name, "train", cfg.env.train_limit, cfg.seed, **cfg.env.task_kwargs)
         if len(self.tasks) < cfg.env.pool_size:
-            raise ValueError(f"env.pool_size={cfg.env.pool_size} but only {len(self.tasks)} training tasks loaded")
+            raise ValueError(
+                f"env.pool_size={cfg.env.pool_size} but only {len(self.tasks)} training tasks loaded"
+            )
         self.eval_tasks = (
             load_tasks(cfg.env.name, "test", cfg.env.eval_tasks, cfg.seed, **cfg.env.task_kwargs)
             if cfg.env.eval_tasks and cfg.eval_every
@@ -256,7 +261,13 @@ class Trainer:
         def evaluate(step: int) -> dict[str, float]:
             engine = LocalEngine(self.policy, max_batch=64)
             return success_spread(
-                engine, lambda: make_env(cfg.env.name), codec, probe, sampling, samples=8, max_turns=cfg.env.max_turns
+                engine,
+                lambda: make_env(cfg.env.name),
+                codec,
+                probe,
+                sampling,
+                samples=8,
+                max_turns=cfg.env.max_turns,
             )
 
         sft_cfg = SFTConfig(
@@ -267,7 +278,14 @@ class Trainer:
             seed=cfg.seed,
         )
         self.log(f"warm start: {cfg.policy.sft_steps} SFT steps on {len(examples)} gold trajectories")
-        result = train_sft(self.policy.model, examples, sft_cfg, pad_id=int(self.policy.tokenizer.pad_token_id or 0), evaluate=evaluate, log=self.log)
+        result = train_sft(
+            self.policy.model,
+            examples,
+            sft_cfg,
+            pad_id=int(self.policy.tokenizer.pad_token_id or 0),
+            evaluate=evaluate,
+            log=self.log,
+        )
         final = result.history[-1] if result.history else {}
         sft_dir.mkdir(parents=True, exist_ok=True)
         (sft_dir / "sft.json").write_text(json.dumps(result.to_dict(), indent=2))
@@ -308,7 +326,10 @@ class Trainer:
         tmp.mkdir()
         self.policy.save(tmp / "policy")
         torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
-        torch.save({"predictor": self.predictor.state_dict(), "online": self.online.state_dict()}, tmp / "predictor.pt")
+        torch.save(
+            {"predictor": self.predictor.state_dict(), "online": self.online.state_dict()},
+            tmp / "predictor.pt",
+        )
         torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
         state = {
             "step": step,
@@ -359,7 +380,15 @@ class Trainer:
         async def run_all() -> list[float]:
             eps = await asyncio.gather(
                 *[
-                    run_episode(self.engine, self.env_factory(), self.codec, t, greedy, max_turns=self.cfg.env.max_turns, seed=i)
+                    run_episode(
+                        self.engine,
+                        self.env_factory(),
+                        self.codec,
+                        t,
+                        greedy,
+                        max_turns=self.cfg.env.max_turns,
+                        seed=i,
+                    )
                     for i, t in enumerate(self.eval_tasks)
                 ]
             )
@@ -423,6 +452,17 @@ class Trainer:
         return records
 
 
+def _quiet_transformers() -> None:
+    """No per-save progress bars or load reports from transformers in the training log."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:
+        pass
+
+
 def _tensorboard(path: Path) -> Any:
     try:
         from torch.utils.tensorboard import SummaryWriter
@@ -458,7 +498,9 @@ def resume_config(out: str | Path) -> TrainConfig:
     return config_from_dict(json.loads(path.read_text()))
 
 
-def train(cfg: TrainConfig, out: str | Path, *, resume: bool = False, progress: bool = True) -> list[dict[str, Any]]:
+def train(
+    cfg: TrainConfig, out: str | Path, *, resume: bool = False, progress: bool = True
+) -> list[dict[str, Any]]:
     """Run (or resume) training; returns this invocation's step records."""
     return Trainer(cfg, out, resume=resume).run(progress=progress)
 
@@ -467,7 +509,15 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, float]:
     """Means over a run's train records of the headline metrics, and the last eval accuracy."""
     train_recs = [r for r in records if r.get("kind", "train") == "train"]
     evals = [r for r in records if r.get("kind") == "eval"]
-    keys = ("effective_ratio", "success_rate", "budget_spent", "skip_rate", "active_prompts", "replays", "wall_s")
+    keys = (
+        "effective_ratio",
+        "success_rate",
+        "budget_spent",
+        "skip_rate",
+        "active_prompts",
+        "replays",
+        "wall_s",
+    )
     out = {k: float(np.mean([r[k] for r in train_recs])) for k in keys if train_recs}
     if evals:
         out["eval_accuracy"] = float(evals[-1]["eval_accuracy"])

@@ -99,7 +99,9 @@ def prefix_callback(
         if not anchors or budget <= 0:
             return np.zeros(len(anchors), dtype=np.int64)
         t0 = time.perf_counter()
-        texts = [serialize_anchor(task.prompt, _history(tree, a.node), max_chars=parts.max_chars) for a in anchors]
+        texts = [
+            serialize_anchor(task.prompt, _history(tree, a.node), max_chars=parts.max_chars) for a in anchors
+        ]
         values = parts.predictor.predict(texts)
         q = repeat_probability(np.array([a.reward for a in anchors], dtype=np.float64), values)
         parts.tick("predictor", time.perf_counter() - t0)
@@ -141,7 +143,9 @@ def _token_work(tree: RolloutTree, anchors: Sequence[Anchor]) -> tuple[np.ndarra
         path = [int(y) for y in tree.path_to(leaf)]
         after = path[path.index(int(a.node)) + 1 :]
         remaining.append(sum(_model_tokens(tree, y) for y in after))
-    totals = [sum(_model_tokens(tree, int(y)) for y in p[1:]) for p in tree.paths() if not tree.is_replay[p[-1]]]
+    totals = [
+        sum(_model_tokens(tree, int(y)) for y in p[1:]) for p in tree.paths() if not tree.is_replay[p[-1]]
+    ]
     return np.asarray(remaining, dtype=np.float64), max(float(np.mean(totals)) if totals else 1.0, 1.0)
 
 
@@ -219,7 +223,11 @@ def training_step(
     roots = [e for r in results for e in r.roots]
     replays = [e for r in results for _, e in r.replays]
     depths = [int(ep.start_depth) for ep in replays]
-    hist = np.bincount(np.asarray(depths, dtype=np.int64), minlength=parts.max_turns + 1) if depths else []
+    hist: list[int] = (
+        np.bincount(np.asarray(depths, dtype=np.int64), minlength=parts.max_turns + 1).tolist()
+        if depths
+        else []
+    )
     record: dict[str, Any] = {
         "step": step,
         "method": method.name,
@@ -240,7 +248,7 @@ def training_step(
         "replay_depths": [int(x) for x in hist],
         "rollouts_per_active_prompt": (len(roots) + len(replays)) / max(plan.num_active, 1),
         "tokens_generated": int(sum(r.sampled_tokens for r in results)),
-        "tool_calls": int(sum(len(t.info.get("tool_calls", []) or []) for e in roots + replays for t in e.turns)),
+        "tool_calls": sum(_tool_calls(t.info) for e in roots + replays for t in e.turns),
         "wall_s": wall,
         "time_generation_s": parts.timers.get("generation", 0.0),
         "time_tools_s": parts.timers.get("tools", 0.0),
@@ -254,6 +262,12 @@ def training_step(
     if depths:
         record["replay_depth_histogram"] = replay_depth_histogram(trees).tolist() if trees else []
     return record, results
+
+
+def _tool_calls(info: dict[str, Any]) -> int:
+    """Tool calls a turn made (envs list one tool result per call in info["tool_results"])."""
+    results = info.get("tool_results")
+    return len(results) if isinstance(results, list) else 0
 
 
 def _predictor_fields(metrics: dict[str, Any]) -> dict[str, Any]:

@@ -44,7 +44,9 @@ def training_rows(trees: Sequence[RolloutTree], settings: UpdateSettings) -> lis
     try:
         estimate = ESTIMATORS[settings.estimator]
     except KeyError:
-        raise ValueError(f"unknown estimator {settings.estimator!r}; choose {', '.join(ESTIMATORS)}") from None
+        raise ValueError(
+            f"unknown estimator {settings.estimator!r}; choose {', '.join(ESTIMATORS)}"
+        ) from None
     rows: list[PathTokens] = []
     for tree in trees:
         if tree.num_leaves == 0:

@@ -1,0 +1,124 @@
+"""`trace-rl train / compare / report` end to end on the smoke preset (tiny untrained policy, math_python)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+CLI = [sys.executable, "-m", "trace_rl.cli.main"]
+REQUIRED = (
+    "step",
+    "method",
+    "budget_spent",
+    "effective_ratio",
+    "success_rate",
+    "skip_rate",
+    "active_prompts",
+    "root_rollouts",
+    "replays",
+    "replay_depths",
+    "predictor_mse",
+    "predictor_spearman",
+    "predictor_share",
+    "tokens_generated",
+    "wall_s",
+)
+
+
+def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def train_records(folder: Path) -> list[dict]:
+    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r.get("kind") == "train"]
+
+
+def test_train_smoke_logs_checkpoints_and_report(tmp_path) -> None:
+    out = tmp_path / "run"
+    res = run("train", "--preset", "smoke", "--out", str(out), "--no-progress")
+    assert res.returncode == 0, res.stderr[-2000:]
+    recs = train_records(out)
+    assert [r["step"] for r in recs] == [1, 2]
+    for r in recs:
+        missing = [k for k in REQUIRED if k not in r]
+        assert not missing, missing
+        assert 0 < r["budget_spent"] <= r["budget_total"] + 1e-9
+        assert r["active_prompts"] <= 4  # smoke: M(1 + N/2) / n = 16 / 4 prompts at most
+    evals = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"eval"' in x]
+    assert {e["step"] for e in evals} == {0, 2} and all(0 <= e["eval_accuracy"] <= 1 for e in evals)
+    assert (out / "checkpoints" / "step_2" / "state.json").exists()
+    assert not list((out / "checkpoints").glob(".tmp*"))
+    assert list((out / "tb").glob("events.out.tfevents.*"))
+    html = (out / "report.html").read_text()
+    assert "effective_ratio.png" in html and (out / "report" / "effective_ratio.png").stat().st_size > 1000
+
+
+def test_sigkill_then_resume_logs_every_step_once(tmp_path) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [*CLI, "train", "--preset", "smoke", "--steps", "4", "--out", str(out), "--no-progress"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.time() + 400
+    try:
+        while time.time() < deadline:  # kill as soon as step 2 is logged (step 3 is in flight)
+            if (out / "metrics.jsonl").exists() and len(train_records(out)) >= 2:
+                break
+            if proc.poll() is not None:
+                pytest.fail("training ended before it could be killed")
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    res = run("train", "--resume", str(out), "--no-progress")
+    assert res.returncode == 0, res.stderr[-2000:]
+    steps = [r["step"] for r in train_records(out)]
+    assert steps == [1, 2, 3, 4], steps
+
+
+def test_compare_and_report(tmp_path) -> None:
+    out = tmp_path / "cmp"
+    res = run(
+        "compare",
+        "--preset",
+        "smoke",
+        "--methods",
+        "grpo,trace",
+        "--seeds",
+        "1",
+        "--steps",
+        "1",
+        "--out",
+        str(out),
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    data = json.loads((out / "comparison.json").read_text())
+    assert set(data["methods"]) == {"grpo", "trace"}
+    for row in data["methods"].values():
+        assert {"effective_ratio", "success_rate", "eval_accuracy", "budget_spent"} <= set(row)
+        assert row["budget_spent"] <= data["budget_total"] + 1e-9
+    assert "grpo" in (out / "report.html").read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--preset", "smoke", "--set", "budget.rootz=1"], "budget.rootz: unknown key"),
+        (["--preset", "smoke", "--method", "ppo"], "unknown method 'ppo'"),
+        (["--preset", "nope"], "unknown preset 'nope'"),
+        (["--resume", "/nonexistent/run"], "not a trace-rl run folder"),
+    ],
+)
+def test_bad_train_input_is_one_line(tmp_path, args, message) -> None:
+    res = run("train", *args, "--out", str(tmp_path / "x")) if "--resume" not in args else run("train", *args)
+    assert res.returncode == 2
+    assert message in res.stderr and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
