@@ -67,11 +67,14 @@ def build_sft_examples(
     env_factory: Callable[[], Any],
     tokenizer: Any,
     system: str | None = None,
+    *,
+    render_tools: bool = True,
 ) -> list[SFTExample]:
     """Tokenise gold trajectories exactly as the agent loop lays out a rollout.
 
     For each task: the prompt (loss 0), then per gold turn its text + `<|im_end|>` (loss 1) and, unless the
-    env ended the episode, the observation the env returns for that turn (loss 0). The observations come from
+    env ended the episode, the observation the env returns for that turn (loss 0). ``render_tools=False`` leaves
+    the tool schemas out of the prompt (it must match the rollouts' `ChatCodec(render_tools=...)`). The observations come from
     running the env on the gold turns, so any env following the Env protocol works.
 
     Raises:
@@ -86,7 +89,8 @@ def build_sft_examples(
             raise ValueError(f"task {task.id!r} has an empty gold trajectory")
         env = env_factory()
         first = env.reset(task)
-        ids = list(tokenizer.encode(CHAT.prompt(first, task.tools, system), add_special_tokens=False))
+        tools = task.tools if render_tools else ()
+        ids = list(tokenizer.encode(CHAT.prompt(first, tools, system), add_special_tokens=False))
         mask = [0] * len(ids)
         for text in turns:
             model = [*list(tokenizer.encode(text, add_special_tokens=False)), end]

@@ -39,15 +39,19 @@ class EnvLike(Protocol):
 class ChatCodec:
     """Token ids of the prompt and of observations, and the text of a model turn, for one tokenizer."""
 
-    def __init__(self, tokenizer: Any, system: str | None = None):
+    def __init__(self, tokenizer: Any, system: str | None = None, *, render_tools: bool = True):
         self.tokenizer = tokenizer
         self.system = system
+        # False: tool schemas are not rendered into the system prompt (small policies learn the tool format
+        # from the warm start; the env still knows the task's tools). Must match the SFT data's setting.
+        self.render_tools = render_tools
         self.end_of_turn = int(tokenizer.convert_tokens_to_ids(IM_END))
 
     def prompt_ids(self, first_observation: str, tools: Sequence[dict[str, object]]) -> list[int]:
         return list(
             self.tokenizer.encode(
-                CHAT.prompt(first_observation, tools, self.system), add_special_tokens=False
+                CHAT.prompt(first_observation, tools if self.render_tools else (), self.system),
+                add_special_tokens=False,
             )
         )
 

@@ -52,6 +52,8 @@ class PolicySection:
         sft_lr: peak learning rate of the warm start.
         sft_batch: sequences per warm-start step.
         require_jump: stop with an error when the warm start ends without any success on its probe prompts.
+        render_tools: render the tasks' tool schemas into the system prompt (False keeps prompts short for
+            small from-scratch policies, which learn the tool format from the warm start).
     """
 
     name: str = "tiny"
@@ -59,6 +61,7 @@ class PolicySection:
     sft_lr: float = 2e-3
     sft_batch: int = 8
     require_jump: bool = True
+    render_tools: bool = True
 
 
 @dataclass(frozen=True)

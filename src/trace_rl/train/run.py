@@ -186,7 +186,7 @@ class Trainer:
                 self._warm_start()
         self.pad_id = int(self.policy.tokenizer.pad_token_id or 0)
         self.engine = LocalEngine(self.policy, max_batch=cfg.sampling.max_concurrency)
-        self.codec = ChatCodec(self.policy.tokenizer)
+        self.codec = ChatCodec(self.policy.tokenizer, render_tools=cfg.policy.render_tools)
         self.sampling = SamplingParams(
             max_new_tokens=cfg.sampling.max_new_tokens,
             temperature=cfg.sampling.temperature,
@@ -253,9 +253,11 @@ class Trainer:
         sft_dir = self.out / "sft"
         tasks = self.tasks
         gold = [gold_trajectory(t) for t in tasks]
-        examples = build_sft_examples(tasks, gold, lambda: make_env(cfg.env.name), self.policy.tokenizer)
+        examples = build_sft_examples(
+            tasks, gold, lambda: make_env(cfg.env.name), self.policy.tokenizer, render_tools=cfg.policy.render_tools
+        )
         probe = self.tasks[: min(32, len(self.tasks))]
-        codec = ChatCodec(self.policy.tokenizer)
+        codec = ChatCodec(self.policy.tokenizer, render_tools=cfg.policy.render_tools)
         sampling = SamplingParams(max_new_tokens=cfg.sampling.max_new_tokens, temperature=1.0, seed=cfg.seed)
 
         def evaluate(step: int) -> dict[str, float]:
