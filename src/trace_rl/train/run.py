@@ -235,6 +235,7 @@ class Trainer:
             max_turns=cfg.env.max_turns,
             max_concurrency=cfg.sampling.max_concurrency,
             accounting=cfg.budget.accounting,
+            max_chars=int(getattr(self.predictor, "max_chars", 2048)),  # score the texts it trains on
         )
         if ckpt is not None:
             self._load_checkpoint(ckpt)
@@ -254,7 +255,11 @@ class Trainer:
         tasks = self.tasks
         gold = [gold_trajectory(t) for t in tasks]
         examples = build_sft_examples(
-            tasks, gold, lambda: make_env(cfg.env.name), self.policy.tokenizer, render_tools=cfg.policy.render_tools
+            tasks,
+            gold,
+            lambda: make_env(cfg.env.name),
+            self.policy.tokenizer,
+            render_tools=cfg.policy.render_tools,
         )
         probe = self.tasks[: min(32, len(self.tasks))]
         codec = ChatCodec(self.policy.tokenizer, render_tools=cfg.policy.render_tools)
