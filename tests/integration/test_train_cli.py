@@ -49,6 +49,8 @@ def test_train_smoke_logs_checkpoints_and_report(tmp_path) -> None:
         missing = [k for k in REQUIRED if k not in r]
         assert not missing, missing
         assert 0 < r["budget_spent"] <= r["budget_total"] + 1e-9
+        # the predictor is scored on each step's new nodes before it trains on them
+        assert 0 <= r["predictor_mse"] <= 1 and "predictor_mse_depth_0" in r and "predictor_ece" in r
         assert r["active_prompts"] <= 4  # smoke: M(1 + N/2) / n = 16 / 4 prompts at most
     evals = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"eval"' in x]
     assert {e["step"] for e in evals} == {0, 2} and all(0 <= e["eval_accuracy"] <= 1 for e in evals)

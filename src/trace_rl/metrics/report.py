@@ -46,6 +46,15 @@ def _plt() -> Any:
     return plt
 
 
+def _finish(plt: Any, fig: Any, path: Path, drawn: bool) -> bool:
+    """Save and close a figure when something was drawn on it; report whether it was saved."""
+    if drawn:
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return drawn
+
+
 def _line_plot(
     path: Path, title: str, runs: dict[str, list[dict[str, Any]]], key: str, kind: str = "train"
 ) -> bool:
@@ -57,18 +66,13 @@ def _line_plot(
         if x.size:
             ax.plot(x, y, marker="o", ms=3, label=label)
             drawn = True
-    if not drawn:
-        plt.close(fig)
-        return False
     ax.set_title(title)
     ax.set_xlabel("step")
     ax.set_ylabel(key)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
+    if drawn:
+        ax.legend(fontsize=8)
+    return _finish(plt, fig, path, drawn)
 
 
 def _depth_plot(path: Path, runs: dict[str, list[dict[str, Any]]]) -> bool:
@@ -91,17 +95,12 @@ def _depth_plot(path: Path, runs: dict[str, list[dict[str, Any]]]) -> bool:
             continue
         ax.bar(np.arange(size) + j * width, total / total.sum(), width=width, label=label)
         drawn = True
-    if not drawn:
-        plt.close(fig)
-        return False
     ax.set_title("Replay depth (turns in the prefix), share of replays")
     ax.set_xlabel("prefix depth")
     ax.set_ylabel("share")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
+    if drawn:
+        ax.legend(fontsize=8)
+    return _finish(plt, fig, path, drawn)
 
 
 def _time_plot(path: Path, runs: dict[str, list[dict[str, Any]]]) -> bool:
@@ -127,10 +126,7 @@ def _time_plot(path: Path, runs: dict[str, list[dict[str, Any]]]) -> bool:
     ax.set_xlabel("share of wall-clock")
     ax.set_title("Wall-clock breakdown per step")
     ax.legend(fontsize=7, ncol=3, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
+    return _finish(plt, fig, path, True)
 
 
 def _calibration_plot(path: Path, runs: dict[str, list[dict[str, Any]]]) -> bool:
@@ -150,20 +146,15 @@ def _calibration_plot(path: Path, runs: dict[str, list[dict[str, Any]]]) -> bool
         if x.size:
             ax2.plot(x, y, marker="o", ms=3, label=label)
             drawn = True
-    if not drawn:
-        plt.close(fig)
-        return False
     ax1.set_title("Predictor MSE by prefix depth (last step)")
     ax1.set_xlabel("depth (0 = prompt)")
     ax2.set_title("Predictor expected calibration error")
     ax2.set_xlabel("step")
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
+        if ax.lines:
+            ax.legend(fontsize=8)
+    return _finish(plt, fig, path, drawn)
 
 
 def _runs_of(folder: Path) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any] | None]:

@@ -299,7 +299,7 @@ def config_from_dict(data: dict[str, Any]) -> TrainConfig:
 
 def validate(cfg: TrainConfig) -> None:
     """Check value ranges and combinations; raise ConfigError naming the first bad key."""
-    from trace_rl.allocation import METHODS, BudgetShape
+    from trace_rl.allocation import METHODS
 
     def need(ok: bool, key: str, why: str) -> None:
         if not ok:
@@ -319,14 +319,7 @@ def validate(cfg: TrainConfig) -> None:
     need(cfg.sampling.max_concurrency >= 1, "sampling.max_concurrency", "must be at least 1")
     need(cfg.budget.accounting in ("paper", "token"), "budget.accounting", "must be 'paper' or 'token'")
     try:
-        shape = BudgetShape(
-            roots=cfg.budget.roots,
-            continuations=cfg.budget.continuations,
-            group_size=cfg.budget.group_size,
-            replay_cost=cfg.budget.replay_cost,
-            min_rollouts=cfg.budget.min_rollouts,
-            max_rollouts=cfg.budget.max_rollouts,
-        )
+        shape = budget_shape(cfg)
     except ValueError as exc:
         raise ConfigError(f"budget: {exc}") from None
     need(

@@ -271,9 +271,11 @@ def _tool_calls(info: dict[str, Any]) -> int:
 
 
 def _predictor_fields(metrics: dict[str, Any]) -> dict[str, Any]:
-    """Flatten the online trainer's report into the metric names the log promises."""
+    """The online trainer's report ("predictor/mse", "predictor/mse_depth_1", ...) as flat log fields
+    ("predictor_mse", "predictor_mse_depth_1", ...); NaN placeholders when nothing was scored."""
     out: dict[str, Any] = {"predictor_mse": float("nan"), "predictor_spearman": float("nan")}
     for key, value in metrics.items():
-        if isinstance(value, int | float):
-            out[f"predictor_{key}" if not key.startswith("predictor_") else key] = float(value)
+        if isinstance(value, bool | int | float):
+            name = key.replace("/", "_") if key.startswith("predictor") else f"predictor_{key}"
+            out[name] = float(value)
     return out
