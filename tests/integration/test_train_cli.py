@@ -84,6 +84,8 @@ def test_sigkill_then_resume_logs_every_step_once(tmp_path) -> None:
     assert res.returncode == 0, res.stderr[-2000:]
     steps = [r["step"] for r in train_records(out)]
     assert steps == [1, 2, 3, 4], steps
+    assert "NaN" not in (out / "metrics.jsonl").read_text()  # strict JSON lines
+    assert not list((out / "checkpoints").glob(".tmp*"))
 
 
 def test_compare_and_report(tmp_path) -> None:

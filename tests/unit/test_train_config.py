@@ -39,6 +39,8 @@ def test_overrides_and_types() -> None:
         (["budget.accounting=tokens"], "budget.accounting"),
         (["env=3"], "env: expected a section"),
         (["justtext"], "expected section.key=value"),
+        (["budget.min_rollouts=1"], "budget.min_rollouts: must be at least 2"),
+        (["budget.max_rollouts=2"], "budget.max_rollouts: must be at least budget.group_size"),
     ],
 )
 def test_bad_values_are_one_line_errors(overrides, message) -> None:

@@ -323,6 +323,16 @@ def validate(cfg: TrainConfig) -> None:
     except ValueError as exc:
         raise ConfigError(f"budget: {exc}") from None
     need(
+        shape.min_rollouts >= 2, "budget.min_rollouts", "must be at least 2 (a group of one has no contrast)"
+    )
+    cap = shape.max_rollouts
+    need(
+        cap is None or cap >= shape.group_size,
+        "budget.max_rollouts",
+        f"must be at least budget.group_size ({shape.group_size}) so the allocating methods can spend what the "
+        "uniform ones do",
+    )  # with cap >= n, M roots always fit the batch: floor(M (1 + N c) / n) * cap >= M
+    need(
         cfg.env.pool_size >= shape.batch_size,
         "env.pool_size",
         f"must be at least the baselines' batch size {shape.batch_size} (= floor(M (1 + N c) / n))",

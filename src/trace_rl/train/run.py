@@ -85,9 +85,20 @@ class DataCursor:
         return out
 
 
+def _strict(x: Any) -> Any:
+    """NaN and infinities become null, so every line is strict JSON (jq, JavaScript)."""
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _strict(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_strict(v) for v in x]
+    return x
+
+
 def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
     with path.open("a") as fh:
-        fh.write(json.dumps(record, default=_json_default) + "\n")
+        fh.write(json.dumps(_strict(record), default=_json_default, allow_nan=False) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
 
@@ -327,9 +338,9 @@ class Trainer:
         root = self.out / "checkpoints"
         root.mkdir(parents=True, exist_ok=True)
         final = root / f"step_{step}"
+        for stale in root.glob(".tmp_step_*"):  # left by a kill during an earlier save
+            shutil.rmtree(stale, ignore_errors=True)
         tmp = root / f".tmp_step_{step}_{os.getpid()}"
-        if tmp.exists():
-            shutil.rmtree(tmp)
         tmp.mkdir()
         self.policy.save(tmp / "policy")
         torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
@@ -419,7 +430,7 @@ class Trainer:
         self.setup()
         cfg = self.cfg
         metrics_path = self.out / "metrics.jsonl"
-        writer = _tensorboard(self.out / "tb")
+        writer = _tensorboard(self.out / "tb", purge_step=self.start_step)
         records: list[dict[str, Any]] = []
         bar = _progress(self.start_step, cfg.steps, progress)
         if self.start_step == 1 and self.eval_tasks:
@@ -470,12 +481,13 @@ def _quiet_transformers() -> None:
         pass
 
 
-def _tensorboard(path: Path) -> Any:
+def _tensorboard(path: Path, purge_step: int) -> Any:
+    """A SummaryWriter; on resume, events at or after ``purge_step`` (redone steps) are purged."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:  # tensorboard not installed: the jsonl log still has everything
         return None
-    return SummaryWriter(str(path))
+    return SummaryWriter(str(path), purge_step=purge_step if purge_step > 1 else None)
 
 
 def _tb_write(writer: Any, record: dict[str, Any], step: int) -> None:
