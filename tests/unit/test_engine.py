@@ -181,7 +181,7 @@ def test_prefix_source_row_not_reused_by_another_request_of_the_same_round(tiny_
     p1, p2 = list(range(10, 40)), list(range(100, 130))
     eng.generate_sync(p1, sp)  # row 0
     eng.generate_sync(p2, sp)  # row 1
-    a, b = p2[:20] + [300, 301, 302], p1[:20] + [400, 401, 402]
+    a, b = [*p2[:20], 300, 301, 302], [*p1[:20], 400, 401, 402]
 
     async def both():
         import asyncio
