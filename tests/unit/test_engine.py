@@ -169,3 +169,30 @@ def test_bad_requests_raise(tiny_policy):
 def test_completion_seeds_distinct():
     seeds = {completion_seed(s, i) for s in range(20) for i in range(20)}
     assert len(seeds) == 400 and all(0 <= s < 2**63 for s in seeds)
+
+
+def test_prefix_source_row_not_reused_by_another_request_of_the_same_round(tiny_policy):
+    # Regression: two requests admitted in one round, each copying a cached prefix from a different parked
+    # row, with every row parked (max_rows = 2). Row 0 caches P1, row 1 caches P2. A (prefix of P2) was
+    # handed row 0 (least recently used) and copied P2's prefix into it; B (prefix of P1) then copied its
+    # prefix from row 0, getting P2's keys/values, and its logprobs were off by up to ~0.7 nats.
+    eng = LocalEngine(tiny_policy, max_batch=2, max_rows=2)
+    sp = SamplingParams(max_new_tokens=4, temperature=1.0, seed=3, stop_ids=())
+    p1, p2 = list(range(10, 40)), list(range(100, 130))
+    eng.generate_sync(p1, sp)  # row 0
+    eng.generate_sync(p2, sp)  # row 1
+    a, b = [*p2[:20], 300, 301, 302], [*p1[:20], 400, 401, 402]
+
+    async def both():
+        import asyncio
+
+        return await asyncio.gather(eng.generate(a, sp), eng.generate(b, sp))
+
+    import asyncio
+
+    eng.reset_stats()
+    (ca,), (cb,) = asyncio.run(both())
+    assert eng.stats.reused_tokens == 40  # both took their 20-token prefix from the cache
+    for prompt, c in [(a, ca), (b, cb)]:
+        ref = reference_logprobs(tiny_policy.model, prompt + c.token_ids.tolist(), len(prompt))
+        np.testing.assert_allclose(c.logprobs, ref, atol=1e-4)

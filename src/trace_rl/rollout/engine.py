@@ -228,9 +228,13 @@ class LocalEngine:
             if src >= 0 and src not in taken and self._state[src] == PARKED and lcp == self._cached[src]:
                 rows[i] = src  # a returning episode: extend its row in place
                 taken.add(src)
+        # A parked row that some request of this round copies its prefix from must not be handed to another
+        # request of the round before that copy: the earlier request would overwrite its keys/values (with
+        # its own prefix copy) and the later one would copy someone else's cache.
+        sources = {src for _, src, lcp in chosen if lcp > 0}
         for i, (req, src, lcp) in enumerate(chosen):
             if rows[i] < 0:
-                rows[i] = self._alloc(exclude=taken | {src})
+                rows[i] = self._alloc(exclude=taken | sources)
                 if lcp > 0:
                     self._copy_prefix(src, rows[i], lcp)
                 taken.add(rows[i])
@@ -359,7 +363,9 @@ class LocalEngine:
             return r0
         if parked.size:
             return int(parked[np.argmin(self._last_use[parked])])
-        r0 = self._rows_cap  # every row is active: grow beyond max_rows for an oversized request
+        # every row is active (an oversized request) or a prefix source of this admission round: grow
+        # beyond max_rows
+        r0 = self._rows_cap
         self._grow(self._rows_cap + 8, self._pos_cap)
         return r0
 
