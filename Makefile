@@ -54,6 +54,8 @@ test: lint typecheck contracts
 
 bench: install
 	$(BIN)/python benchmarks/allocation.py
+	$(BIN)/python benchmarks/lab.py
+	$(BIN)/python benchmarks/rollout_engine.py --quick --json
 	$(BIN)/python benchmarks/predictor.py --measure-policy
 
 clean:
