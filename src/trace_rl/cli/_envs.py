@@ -11,6 +11,8 @@ from trace_rl.cli.main import UsageError
 
 @dataclass(frozen=True)
 class EnvEntry:
+    """An environment as the CLI sees it: its task loader, env factory and gold trajectories."""
+
     make: Callable[..., Any]
     load_tasks: Callable[..., list[Any]]
     gold_trajectory: Callable[[Any], list[str]]

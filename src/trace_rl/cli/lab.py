@@ -54,6 +54,7 @@ def register(sub: Any) -> None:
 
 
 def run_claims_cmd(args: argparse.Namespace) -> int:
+    """`trace-rl lab claims`: evaluate the paper's claims on the lab and print a table or JSON."""
     from trace_rl.lab.claims import run_claims
 
     if args.seeds < 2:
@@ -86,6 +87,7 @@ def run_claims_cmd(args: argparse.Namespace) -> int:
 
 
 def run_plot_cmd(args: argparse.Namespace) -> int:
+    """`trace-rl lab plot`: write the lab's PNG figures to --out."""
     from trace_rl.lab.plots import write_plots
 
     if args.seeds < 1:
@@ -98,6 +100,7 @@ def run_plot_cmd(args: argparse.Namespace) -> int:
 
 
 def run_predictor_cmd(args: argparse.Namespace) -> int:
+    """`trace-rl lab predictor`: train the tiny learned predictor on the lab and report it."""
     if args.steps < 1:
         raise ValueError(f"--steps must be at least 1; got {args.steps}")
     if args.seeds < 2:

@@ -14,6 +14,7 @@ class UsageError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `trace-rl` parser with every subcommand registered."""
     parser = argparse.ArgumentParser(prog="trace-rl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"trace-rl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)

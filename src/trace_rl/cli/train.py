@@ -44,6 +44,7 @@ def register(sub: Any) -> None:
 
 
 def overrides_from(args: argparse.Namespace) -> list[str]:
+    """The --set overrides plus --method/--steps/--seed as section.key=value strings."""
     out = list(args.set)
     for key in ("method", "steps", "seed"):
         if getattr(args, key) is not None:

@@ -70,6 +70,7 @@ def normalize_answer(text: str) -> str:
 
 
 def exact_match(prediction: str, golds: Sequence[str]) -> bool:
+    """True when the normalised prediction equals any normalised gold answer (SQuAD-style normalisation)."""
     return any(normalize_answer(prediction) == normalize_answer(g) for g in golds)
 
 

@@ -32,6 +32,10 @@ class SFTExample:
 
 @dataclass(frozen=True)
 class SFTConfig:
+    """Warm-start schedule: optimizer steps, sequences per step, peak lr (warmup, constant, linear decay at the end),
+    max tokens per sequence, evaluation period (steps) and seed. Raises ValueError on out-of-range values.
+    """
+
     steps: int = 1900
     batch_size: int = 8
     lr: float = 2e-3
@@ -52,6 +56,8 @@ class SFTConfig:
 
 @dataclass
 class SFTResult:
+    """Outcome of `train_sft`: steps run, final smoothed loss (nats/token), seconds, and the evaluation history."""
+
     steps: int
     final_loss: float
     seconds: float

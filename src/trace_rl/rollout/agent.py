@@ -21,6 +21,8 @@ from trace_rl.types import Task, Turn
 
 
 class StepLike(Protocol):
+    """What `env.step` returns (trace_rl.envs.StepResult): observation text, reward, done flag, info dict."""
+
     observation: str
     reward: float
     done: bool

@@ -38,6 +38,8 @@ _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.S)
 
 @dataclass(frozen=True)
 class StepResult:
+    """Result of one toy-env step: observation text, reward in {0, 1}, done flag, info dict."""
+
     observation: str
     reward: float
     done: bool
@@ -173,6 +175,7 @@ class ArithmeticToolEnv:
 
 
 def make_env(name: str = ENV_NAME, **kwargs: object) -> ArithmeticToolEnv:
+    """A fresh toy arithmetic env; ValueError for any other name."""
     if name != ENV_NAME:
         raise ValueError(f"unknown environment {name!r}")
     return ArithmeticToolEnv(**kwargs)  # type: ignore[arg-type]

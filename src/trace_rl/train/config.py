@@ -66,6 +66,8 @@ class PolicySection:
 
 @dataclass(frozen=True)
 class SamplingSection:
+    """Rollout sampling: new tokens per turn, temperature (> 0), top-p in (0, 1], episodes in flight at once."""
+
     max_new_tokens: int = 64
     temperature: float = 1.0
     top_p: float = 1.0
@@ -246,6 +248,7 @@ def _parse_override(item: str) -> dict[str, Any]:
 
 
 def preset_names() -> list[str]:
+    """Names of the shipped presets (YAML files in trace_rl/train/presets)."""
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 

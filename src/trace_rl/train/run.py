@@ -128,6 +128,7 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 
 def latest_checkpoint(out: Path) -> Path | None:
+    """The newest complete checkpoints/step_<N> under ``out`` (one with a state.json), or None."""
     ckpts = sorted(
         (p for p in (out / "checkpoints").glob("step_*") if p.is_dir() and (p / "state.json").exists()),
         key=lambda p: int(p.name.split("_")[1]),

@@ -28,6 +28,10 @@ ESTIMATORS: dict[str, Callable[..., np.ndarray]] = {
 
 @dataclass(frozen=True)
 class UpdateSettings:
+    """Policy-update settings (see `trace_rl.train.config.OptimSection`); temperature is the sampling temperature
+    at which log-probabilities are recomputed.
+    """
+
     estimator: str = "treerpo"
     normalize_std: bool = True
     clip: float = 0.2
