@@ -32,11 +32,10 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 
 install: $(STAMP)
 
-# The trainer's `demo` preset (warm start + learning) does not yet fit 15 minutes on 2 cores (docs/training.md),
-# so `make demo` shows the allocator and runs the main job end to end on the `smoke` preset.
+# The main job on its default preset (docs/training.md): warm start, then TRACE; writes runs/demo/report.html.
 demo: install
 	$(BIN)/trace-rl allocate --probs 0.99,0.9,0.5,0.5,0.15,0.02 --budget 16
-	$(BIN)/trace-rl train --preset smoke --out runs/demo-smoke --no-progress
+	$(BIN)/trace-rl train --preset demo --out runs/demo --overwrite --no-progress
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks

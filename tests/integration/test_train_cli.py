@@ -60,6 +60,18 @@ def test_train_smoke_logs_checkpoints_and_report(tmp_path) -> None:
     html = (out / "report.html").read_text()
     assert "effective_ratio.png" in html and (out / "report" / "effective_ratio.png").stat().st_size > 1000
 
+    # a second run into the same folder is refused (it would interleave records) unless --overwrite is given
+    again = run("train", "--preset", "smoke", "--steps", "1", "--out", str(out), "--no-progress")
+    assert again.returncode == 2 and "already holds a run" in again.stderr and "--resume" in again.stderr
+    assert [r["step"] for r in train_records(out)] == [1, 2]
+    (out / "notes.txt").write_text("kept")
+    fresh = run(
+        "train", "--preset", "smoke", "--steps", "1", "--out", str(out), "--no-progress", "--overwrite"
+    )
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    assert [r["step"] for r in train_records(out)] == [1]
+    assert not (out / "checkpoints" / "step_2").exists() and (out / "notes.txt").read_text() == "kept"
+
 
 def test_sigkill_then_resume_logs_every_step_once(tmp_path) -> None:
     out = tmp_path / "run"
@@ -100,6 +112,8 @@ def test_compare_and_report(tmp_path) -> None:
         "1",
         "--steps",
         "1",
+        "--set",
+        "threads=1",
         "--out",
         str(out),
     )
@@ -111,6 +125,18 @@ def test_compare_and_report(tmp_path) -> None:
         assert row["budget_spent"] <= data["budget_total"] + 1e-9
     assert "grpo" in (out / "report.html").read_text()
 
+    # the same comparison with two runs at once (separate processes) gives the same numbers
+    par = tmp_path / "cmp_parallel"
+    res = run(
+        *("compare", "--preset", "smoke", "--methods", "grpo,trace", "--seeds", "1", "--steps", "1"),
+        *("--set", "threads=1", "--jobs", "2", "--out", str(par)),
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    parallel = json.loads((par / "comparison.json").read_text())
+    for method, row in data["methods"].items():
+        for key in ("effective_ratio", "success_rate", "budget_spent", "eval_accuracy"):
+            assert parallel["methods"][method][key] == pytest.approx(row[key], abs=1e-9), (method, key)
+
 
 @pytest.mark.parametrize(
     ("args", "message"),
@@ -118,6 +144,9 @@ def test_compare_and_report(tmp_path) -> None:
         (["--preset", "smoke", "--set", "budget.rootz=1"], "budget.rootz: unknown key"),
         (["--preset", "smoke", "--method", "ppo"], "unknown method 'ppo'"),
         (["--preset", "nope"], "unknown preset 'nope'"),
+        (["--preset", "smoke", "--set", "device=tpu"], "device: must be auto, cpu, cuda or cuda:N"),
+        (["--preset", "smoke", "--set", "env.eval_samples=4"], "env.eval_samples: must be 1 when"),
+        (["--preset", "smoke", "--set", "policy.sft_evals=0"], "policy.sft_evals: must be >= 1"),
         (["--resume", "/nonexistent/run"], "not a trace-rl run folder"),
     ],
 )

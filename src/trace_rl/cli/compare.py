@@ -14,6 +14,9 @@ def register(sub: Any) -> None:
     p.add_argument("--methods", default="grpo,pcl,treepo,trace", help="comma-separated methods")
     p.add_argument("--seeds", type=int, default=1, help="seeds per method (0..K-1)")
     p.add_argument("--steps", type=int, default=None, help="override the number of training steps")
+    p.add_argument(
+        "--jobs", type=int, default=1, help="runs at once, each in its own process with one torch thread"
+    )
     p.add_argument("--out", required=True, metavar="DIR")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     p.set_defaults(func=run)
@@ -31,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
         get_method(m)
     if args.seeds < 1:
         raise UsageError("--seeds must be at least 1")
+    if args.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
     overrides = list(args.set) + ([f"steps={args.steps}"] if args.steps is not None else [])
     cfg = load_config(
         preset=args.preset if args.preset or args.config else "demo", file=args.config, overrides=overrides
@@ -38,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from trace_rl.metrics.report import write_report
     from trace_rl.train.compare import compare
 
-    result = compare(cfg, methods, args.seeds, args.out)
+    result = compare(cfg, methods, args.seeds, args.out, jobs=args.jobs)
     for name, row in result["methods"].items():
         print(
             f"{name:18s} effective_ratio={row.get('effective_ratio', float('nan')):.3f} "

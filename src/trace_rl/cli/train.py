@@ -38,6 +38,11 @@ def register(sub: Any) -> None:
         help="override a config key, e.g. budget.roots=64",
     )
     p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier run in --out (its metrics, checkpoints, logs and report) instead of refusing",
+    )
+    p.add_argument(
         "--no-progress", action="store_true", help="log one line per step instead of a progress bar"
     )
     p.set_defaults(func=run)
@@ -61,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
 
         if args.out and args.out != args.resume:
             raise UsageError("--resume DIR continues the run in DIR; do not pass a different --out")
+        if args.overwrite:
+            raise UsageError("--overwrite starts a new run; it cannot be combined with --resume")
         if overrides_from(args):
             raise UsageError("--resume continues a run with its saved config; overrides are not allowed")
         cfg = resume_config(args.resume)
@@ -75,9 +82,27 @@ def run(args: argparse.Namespace) -> int:
     )
     from trace_rl.train.run import train
 
-    train(cfg, args.out, progress=not args.no_progress)
+    train(cfg, args.out, progress=not args.no_progress, overwrite=args.overwrite)
     from trace_rl.metrics.report import write_report
 
+    print(summary_line(args.out))
     path = write_report(args.out)
     print(f"report: {path}")
     return 0
+
+
+def summary_line(out: str) -> str:
+    """One line on what the run did: held-out pass@1 first -> last, mean effective ratio and success rate."""
+    from trace_rl.train.run import read_metrics, summarize
+
+    records = read_metrics(f"{out}/metrics.jsonl")
+    s = summarize(records)
+    train_recs = [r for r in records if r.get("kind", "train") == "train"]
+    parts = [f"{len(train_recs)} steps"]
+    if "eval_accuracy" in s:
+        parts.append(f"held-out pass@1 {s['eval_accuracy_first']:.3f} -> {s['eval_accuracy']:.3f}")
+    if train_recs:
+        parts.append(f"mean effective ratio {s['effective_ratio']:.3f}")
+        parts.append(f"mean success rate {s['success_rate']:.3f}")
+        parts.append(f"budget spent per step {s['budget_spent']:.1f}")
+    return "summary: " + ", ".join(parts)

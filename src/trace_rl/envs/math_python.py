@@ -274,6 +274,8 @@ def _too_big_to_verify(parsed: list[Any]) -> bool:
 
 def _code_expression(m: dict[str, Any], q: str) -> str:
     expr = m["expression"]
+    if "/" not in expr:  # integer arithmetic: Python prints the exact integer answer
+        return f"print({expr})"
     return f"r = {expr}\nprint(int(r) if float(r).is_integer() else r)"
 
 
@@ -333,7 +335,9 @@ def _tool_call_text(name: str, arguments: dict[str, Any]) -> str:
 def math_gold_trajectory(task: Task) -> list[str]:
     """Assistant turns of a gold solution: a python call whose code computes the answer, then the answer.
 
-    For mmath evaluation tasks (no generator program) the code prints the gold answer literally.
+    For mmath evaluation tasks (no generator program) the code prints the gold answer literally. Integer
+    arithmetic (basic_arithmetic without division, chain_sum) is the one-liner ``print(<expression>)``; the turns
+    carry no prose, which keeps warm-start sequences short for small from-scratch policies.
     """
     if task.metadata.get("source") == "reasoning_gym":
         _, entry = _entry(task)
@@ -341,7 +345,7 @@ def math_gold_trajectory(task: Task) -> list[str]:
     else:
         code = f"print({task.answer!r})"
     return [
-        "I will compute this with Python.\n" + _tool_call_text("python", {"code": code}),
+        _tool_call_text("python", {"code": code}),
         f"<answer>{task.answer}</answer>",
     ]
 

@@ -173,6 +173,35 @@ def _runs_of(folder: Path) -> tuple[dict[str, list[dict[str, Any]]], dict[str, A
     return {str(method): recs}, None
 
 
+def _eval_title(runs: dict[str, list[dict[str, Any]]]) -> str:
+    """Held-out pass@1, saying how it was decoded (greedy, or samples per task at a temperature)."""
+    rec = next((r for recs in runs.values() for r in recs if r.get("kind") == "eval"), {})
+    temperature = float(rec.get("eval_temperature", 0.0))
+    if temperature <= 0:
+        return "Held-out pass@1 (greedy)"
+    return f"Held-out pass@1 (mean of {int(rec.get('eval_samples', 1))} samples per task at temperature {temperature:g})"
+
+
+def _warm_start_plot(path: Path, sft: dict[str, Any]) -> bool:
+    """SFT loss curve and the probe's sampled success / mixed share at its evaluation points."""
+    curve = np.asarray(sft.get("loss_curve") or [], dtype=float).reshape(-1, 2)
+    history = [h for h in sft.get("history", []) if "mean_success" in h]
+    if curve.size == 0 and not history:
+        return False
+    plt = _plt()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.6, 3.6))
+    if curve.size:
+        ax1.plot(curve[:, 0], curve[:, 1])
+    ax1.set(xlabel="SFT step", ylabel="loss (nats/token, EMA)", title="SFT loss")
+    if history:
+        steps = [h["step"] for h in history]
+        ax2.plot(steps, [h["mean_success"] for h in history], marker="o", label="mean success")
+        ax2.plot(steps, [h.get("mixed_share", np.nan) for h in history], marker="s", label="mixed share")
+        ax2.legend()
+    ax2.set(xlabel="SFT step", ylabel="share", ylim=(0, 1), title="Probe prompts, 8 samples at T=1")
+    return _finish(plt, fig, path, True)
+
+
 def write_report(folder: str | Path) -> Path:
     """Write folder/report.html (and PNGs under folder/report/) from the logs; returns the HTML path.
 
@@ -206,7 +235,7 @@ def write_report(folder: str | Path) -> Path:
             "predictor_mse",
             "train",
         ),
-        ("eval_accuracy.png", "Held-out pass@1 (greedy)", "eval_accuracy", "eval"),
+        ("eval_accuracy.png", _eval_title(runs), "eval_accuracy", "eval"),
     ]
     for name, title, key, kind in plots:
         if _line_plot(img / name, title, runs, key, kind):
@@ -217,6 +246,11 @@ def write_report(folder: str | Path) -> Path:
         figures.append(("predictor_depth_calibration.png", "Predictor error by depth and calibration"))
     if _time_plot(img / "wall_clock.png", runs):
         figures.append(("wall_clock.png", "Wall-clock breakdown"))
+    sft = next(
+        (p for p in (root / "sft" / "sft.json", root / "warm_start" / "sft" / "sft.json") if p.exists()), None
+    )
+    if sft is not None and _warm_start_plot(img / "warm_start.png", json.loads(sft.read_text())):
+        figures.insert(0, ("warm_start.png", "Warm start (SFT on gold trajectories) before RL"))
 
     title = f"trace-rl report: {root.name}"
     parts = [

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -56,12 +57,14 @@ class SFTConfig:
 
 @dataclass
 class SFTResult:
-    """Outcome of `train_sft`: steps run, final smoothed loss (nats/token), seconds, and the evaluation history."""
+    """Outcome of `train_sft`: steps run, final smoothed loss (nats/token), seconds, the evaluation history,
+    and the smoothed loss curve as [step, loss] pairs every 10 steps (plotted by `trace-rl report`)."""
 
     steps: int
     final_loss: float
     seconds: float
     history: list[dict[str, float]] = field(default_factory=list)
+    loss_curve: list[list[float]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,31 +84,46 @@ def build_sft_examples(
     For each task: the prompt (loss 0), then per gold turn its text + `<|im_end|>` (loss 1) and, unless the
     env ended the episode, the observation the env returns for that turn (loss 0). ``render_tools=False`` leaves
     the tool schemas out of the prompt (it must match the rollouts' `ChatCodec(render_tools=...)`). The observations come from
-    running the env on the gold turns, so any env following the Env protocol works.
+    running the env on the gold turns, so any env following the Env protocol works; the episodes run in up
+    to 8 worker threads, so `env_factory` must return independent environments.
 
     Raises:
         ValueError: tasks and gold differ in length, or a gold trajectory is empty.
     """
     if len(tasks) != len(gold):
         raise ValueError(f"{len(tasks)} tasks but {len(gold)} gold trajectories")
-    end = int(tokenizer.convert_tokens_to_ids(IM_END))
-    out = []
     for task, turns in zip(tasks, gold, strict=True):
         if not turns:
             raise ValueError(f"task {task.id!r} has an empty gold trajectory")
+
+    def replay(i: int) -> tuple[str, list[tuple[str, str | None]]]:
+        """Run task i's gold turns through a fresh env: (first prompt, [(turn, observation or None)])."""
         env = env_factory()
-        first = env.reset(task)
+        first = env.reset(tasks[i])
+        steps: list[tuple[str, str | None]] = []
+        for text in gold[i]:
+            result = env.step(text)
+            steps.append((text, None if result.done else result.observation))
+            if result.done:
+                break
+        return first, steps
+
+    # Tool calls (a sandboxed interpreter for math_python) dominate; they overlap well in threads.
+    with ThreadPoolExecutor(max_workers=min(8, max(1, len(tasks)))) as pool:
+        replays = list(pool.map(replay, range(len(tasks))))
+    end = int(tokenizer.convert_tokens_to_ids(IM_END))
+    out = []
+    for task, (first, steps) in zip(tasks, replays, strict=True):
         tools = task.tools if render_tools else ()
         ids = list(tokenizer.encode(CHAT.prompt(first, tools, system), add_special_tokens=False))
         mask = [0] * len(ids)
-        for text in turns:
+        for text, observation in steps:
             model = [*list(tokenizer.encode(text, add_special_tokens=False)), end]
             ids += model
             mask += [1] * len(model)
-            result = env.step(text)
-            if result.done:
+            if observation is None:
                 break
-            obs = list(tokenizer.encode(CHAT.observation(result.observation), add_special_tokens=False))
+            obs = list(tokenizer.encode(CHAT.observation(observation), add_special_tokens=False))
             ids += obs
             mask += [0] * len(obs)
         out.append(SFTExample(np.asarray(ids, np.int64), np.asarray(mask, np.int8)))
@@ -152,6 +170,7 @@ def train_sft(
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     order: list[int] = []
     history: list[dict[str, float]] = []
+    curve: list[list[float]] = []
     t0 = time.perf_counter()
     loss_ema = float("nan")
     model.train()
@@ -168,6 +187,8 @@ def train_sft(
             ids[i, :n] = torch.as_tensor(e.ids[:n])
             mask[i, :n] = torch.as_tensor(e.loss_mask[:n] == 1)
             att[i, :n] = 1
+        device = next(model.parameters()).device
+        ids, mask, att = ids.to(device), mask.to(device), att.to(device)
         logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()
         target_mask = mask[:, 1:]
         loss = torch.nn.functional.cross_entropy(logits[target_mask], ids[:, 1:][target_mask])
@@ -180,6 +201,8 @@ def train_sft(
         value = float(loss.detach())
         loss_ema = value if math.isnan(loss_ema) else 0.95 * loss_ema + 0.05 * value
         last = step + 1 == cfg.steps
+        if (step + 1) % 10 == 0 or last:
+            curve.append([float(step + 1), loss_ema])
         if evaluate is not None and ((step + 1) % cfg.eval_every == 0 or last):
             model.eval()
             metrics = {"step": float(step + 1), "loss": loss_ema, **evaluate(step + 1)}
@@ -192,4 +215,4 @@ def train_sft(
                 f"step={step + 1} loss={loss_ema:.4g} lr={lr_at(step, cfg):.3g} t={time.perf_counter() - t0:.0f}s"
             )
     model.eval()
-    return SFTResult(cfg.steps, loss_ema, time.perf_counter() - t0, history)
+    return SFTResult(cfg.steps, loss_ema, time.perf_counter() - t0, history, curve)

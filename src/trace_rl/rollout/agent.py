@@ -8,6 +8,7 @@ resumes from one, which is how replays from a turn prefix see exactly the state 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -164,7 +165,9 @@ async def run_episode(
         (completion,) = await backend.generate(context, params, 1)
         model_ids = [int(i) for i in completion.token_ids]
         text = codec.turn_text(model_ids, stop)
-        result = env.step(text)
+        # In a worker thread: a slow tool (a sandboxed interpreter, a retriever) must not stall generation
+        # for every other episode in flight; each episode has its own env, so steps never share state.
+        result = await asyncio.to_thread(env.step, text)
         depth += 1
         tail: list[int] = []
         if completion.finish_reason != "stop":

@@ -44,6 +44,13 @@ def warm_start_once(cfg: TrainConfig, out: Path, log: Callable[[str], None] = pr
     return new
 
 
+def _run_one(run_cfg: TrainConfig, run_dir: Path, progress: bool) -> dict[str, float]:
+    """Train one (method, seed) run (continuing it if an earlier compare was interrupted); its summary."""
+    started = (run_dir / "checkpoints").exists() or (run_dir / "metrics.jsonl").exists()
+    train(run_cfg, run_dir, resume=started, progress=progress)
+    return summarize(read_metrics(run_dir / "metrics.jsonl"))
+
+
 def compare(
     cfg: TrainConfig,
     methods: Sequence[str],
@@ -51,28 +58,54 @@ def compare(
     out: str | Path,
     *,
     progress: bool = False,
+    jobs: int = 1,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Train every method with seeds 0..seeds-1 at the config's budget; write and return comparison.json."""
+    """Train every method with seeds 0..seeds-1 at the config's budget; write and return comparison.json.
+
+    ``jobs`` > 1 runs that many (method, seed) runs at once in separate processes, each with one torch thread
+    unless the config sets ``threads`` (results do not depend on ``jobs``: every run is seeded on its own).
+
+    Raises:
+        ValueError: jobs < 1, or an invalid run config.
+    """
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     base = warm_start_once(cfg, root, log)
-    per_method: dict[str, dict[str, Any]] = {}
+    if jobs > 1 and base.threads == 0:
+        base = replace(base, threads=1)
+    plan: list[tuple[str, int, TrainConfig, Path]] = []
     for method in methods:
-        runs = []
         for seed in range(seeds):
-            run_dir = root / method / f"seed_{seed}"
             run_cfg = replace(base, method=method, seed=seed)
             validate(run_cfg)
+            plan.append((method, seed, run_cfg, root / method / f"seed_{seed}"))
+    summaries: dict[tuple[str, int], dict[str, float]] = {}
+    if jobs == 1:
+        for method, seed, run_cfg, run_dir in plan:
             log(f"== {method} seed {seed} -> {run_dir}")
-            train(run_cfg, run_dir, resume=(run_dir / "checkpoints").exists(), progress=progress)
-            runs.append(summarize(read_metrics(run_dir / "metrics.jsonl")))
+            summaries[(method, seed)] = _run_one(run_cfg, run_dir, progress)
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        log(f"== {len(plan)} runs, {jobs} at a time, under {root}")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+            futures = {(m, s): pool.submit(_run_one, c, d, False) for m, s, c, d in plan}
+            for (method, seed), future in futures.items():
+                summaries[(method, seed)] = future.result()
+                log(f"== {method} seed {seed} done")
+    per_method: dict[str, dict[str, Any]] = {}
+    for method in methods:
+        runs = [summaries[(method, seed)] for seed in range(seeds)]
         row: dict[str, Any] = {"seeds": seeds}
-        for key in METRICS:
-            vals = [r[key] for r in runs if key in r]
+        for metric in METRICS:
+            vals = [r[metric] for r in runs if metric in r]
             if vals:
-                row[key] = float(np.mean(vals))
-                row[f"{key}_std"] = float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
+                row[metric] = float(np.mean(vals))
+                row[f"{metric}_std"] = float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
         row["runs"] = runs
         per_method[method] = row
     result = {

@@ -8,6 +8,7 @@ raise `ConfigError` with one line naming the key, e.g. ``budget.roots: must be a
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -31,6 +32,9 @@ class EnvSection:
         pool_size: candidate prompts scored per step (the pool the root allocation chooses from).
         train_limit: cap on training tasks loaded (None: all).
         eval_tasks: held-out tasks for the periodic pass@1 evaluation (0 disables it).
+        eval_temperature: 0 evaluates greedily; > 0 samples at that temperature (pass@1 = mean reward of
+            ``eval_samples`` seeded samples per task, the same seeds at every evaluation).
+        eval_samples: samples per held-out task (1 when greedy).
         task_kwargs: extra keyword arguments for the environment's task loader.
     """
 
@@ -39,6 +43,8 @@ class EnvSection:
     pool_size: int = 32
     train_limit: int | None = 2000
     eval_tasks: int = 64
+    eval_temperature: float = 0.0
+    eval_samples: int = 1
     task_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -51,6 +57,8 @@ class PolicySection:
         sft_steps: optimizer steps of supervised warm start on gold trajectories before RL (0: none).
         sft_lr: peak learning rate of the warm start.
         sft_batch: sequences per warm-start step.
+        sft_evals: probe evaluations during the warm start (evenly spaced, the last at its end): 32 training
+            prompts x 8 samples at temperature 1, about half a minute each for the tiny policy on 2 cores.
         require_jump: stop with an error when the warm start ends without any success on its probe prompts.
         render_tools: render the tasks' tool schemas into the system prompt (False keeps prompts short for
             small from-scratch policies, which learn the tool format from the warm start).
@@ -60,6 +68,7 @@ class PolicySection:
     sft_steps: int = 0
     sft_lr: float = 2e-3
     sft_batch: int = 8
+    sft_evals: int = 4
     require_jump: bool = True
     render_tools: bool = True
 
@@ -144,6 +153,10 @@ class TrainConfig:
     seed: int = 0
     eval_every: int = 5
     checkpoint_every: int = 5
+    threads: int = 0  # torch CPU threads; 0 = min(cores, 4). Use 1 per run when runs share a small machine.
+    device: str = (
+        "auto"  # the policy's torch device: "auto" (cuda when available, else cpu), "cpu", "cuda[:N]"
+    )
     preset: str = "custom"
     env: EnvSection = field(default_factory=EnvSection)
     policy: PolicySection = field(default_factory=PolicySection)
@@ -311,10 +324,24 @@ def validate(cfg: TrainConfig) -> None:
     need(cfg.method in METHODS, "method", f"unknown method {cfg.method!r} (known: {', '.join(METHODS)})")
     need(cfg.steps >= 1, "steps", "must be at least 1")
     need(cfg.eval_every >= 0, "eval_every", "must be >= 0 (0 disables evaluation)")
+    need(cfg.threads >= 0, "threads", "must be >= 0 (0 = min(cores, 4))")
+    need(
+        cfg.device in ("auto", "cpu") or re.fullmatch(r"cuda(:\d+)?", cfg.device) is not None,
+        "device",
+        f"must be auto, cpu, cuda or cuda:N, got {cfg.device!r}",
+    )
     need(cfg.checkpoint_every >= 1, "checkpoint_every", "must be at least 1")
     need(cfg.env.max_turns >= 1, "env.max_turns", "must be at least 1")
     need(cfg.env.eval_tasks >= 0, "env.eval_tasks", "must be >= 0")
+    need(cfg.env.eval_temperature >= 0, "env.eval_temperature", "must be >= 0 (0 = greedy)")
+    need(cfg.env.eval_samples >= 1, "env.eval_samples", "must be >= 1")
+    need(
+        cfg.env.eval_temperature > 0 or cfg.env.eval_samples == 1,
+        "env.eval_samples",
+        "must be 1 when env.eval_temperature is 0 (greedy samples are identical)",
+    )
     need(cfg.policy.sft_steps >= 0, "policy.sft_steps", "must be >= 0")
+    need(cfg.policy.sft_evals >= 1, "policy.sft_evals", "must be >= 1 (the last evaluation checks the jump)")
     need(cfg.policy.sft_batch >= 1, "policy.sft_batch", "must be at least 1")
     need(cfg.sampling.max_new_tokens >= 1, "sampling.max_new_tokens", "must be at least 1")
     need(cfg.sampling.temperature > 0, "sampling.temperature", "must be > 0 for RL sampling")

@@ -15,6 +15,7 @@ import json
 import os
 import random
 import shutil
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,11 +30,30 @@ KEEP_CHECKPOINTS = 2
 
 
 class TimedEnvFactory:
-    """Makes environments whose step() time is accumulated (the "tools" share of the wall-clock)."""
+    """Makes environments whose step() calls are timed (the "tools" share of the wall-clock).
+
+    Steps of concurrent episodes run in worker threads and overlap, so the factory accumulates the busy
+    wall-clock time: seconds during which at least one env.step of any of its environments was running.
+    """
 
     def __init__(self, make: Callable[[], Any]) -> None:
         self._make = make
         self._seconds = 0.0
+        self._active = 0
+        self._since = 0.0
+        self._lock = threading.Lock()
+
+    def _enter(self) -> None:
+        with self._lock:
+            if self._active == 0:
+                self._since = time.perf_counter()
+            self._active += 1
+
+    def _exit(self) -> None:
+        with self._lock:
+            self._active -= 1
+            if self._active == 0:
+                self._seconds += time.perf_counter() - self._since
 
     def __call__(self) -> Any:
         env = self._make()
@@ -44,11 +64,11 @@ class TimedEnvFactory:
                 return env.reset(task)
 
             def step(self, text: str) -> Any:
-                t0 = time.perf_counter()
+                factory._enter()
                 try:
                     return env.step(text)
                 finally:
-                    factory._seconds += time.perf_counter() - t0
+                    factory._exit()
 
             def snapshot(self) -> Any:
                 return env.snapshot()
@@ -60,8 +80,9 @@ class TimedEnvFactory:
 
     @property
     def seconds(self) -> float:
-        """Cumulative seconds spent in env.step by every environment this factory made."""
-        return self._seconds
+        """Busy seconds so far: wall-clock time with at least one env.step running (overlaps counted once)."""
+        with self._lock:
+            return self._seconds
 
 
 @dataclass
@@ -168,7 +189,7 @@ class Trainer:
         _quiet_transformers()
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
-        torch.set_num_threads(max(1, min(os.cpu_count() or 1, 4)))
+        torch.set_num_threads(cfg.threads or max(1, min(os.cpu_count() or 1, 4)))
         self.method = get_method(cfg.method)
         self.shape = budget_shape(cfg)
         self.rng = np.random.default_rng(cfg.seed)
@@ -192,8 +213,10 @@ class Trainer:
             (self.out / "metrics.jsonl").unlink(missing_ok=True)  # its steps are redone
         if ckpt is not None:
             self.policy = load_policy(str(ckpt / "policy"), seed=cfg.seed)
+            self.policy.model.to(policy_device(cfg))
         else:
             self.policy = load_policy(cfg.policy.name, seed=cfg.seed)
+            self.policy.model.to(policy_device(cfg))
             if cfg.policy.sft_steps > 0:
                 self._warm_start()
         self.pad_id = int(self.policy.tokenizer.pad_token_id or 0)
@@ -293,7 +316,7 @@ class Trainer:
             steps=cfg.policy.sft_steps,
             batch_size=cfg.policy.sft_batch,
             lr=cfg.policy.sft_lr,
-            eval_every=max(cfg.policy.sft_steps // 4, 1),
+            eval_every=max(cfg.policy.sft_steps // cfg.policy.sft_evals, 1),
             seed=cfg.seed,
         )
         self.log(f"warm start: {cfg.policy.sft_steps} SFT steps on {len(examples)} gold trajectories")
@@ -328,6 +351,7 @@ class Trainer:
         self.out.mkdir(parents=True, exist_ok=True)
         self.tasks = load_tasks(cfg.env.name, "train", cfg.env.train_limit, cfg.seed, **cfg.env.task_kwargs)
         self.policy = load_policy(cfg.policy.name, seed=cfg.seed)
+        self.policy.model.to(policy_device(cfg))
         self._warm_start()
         return self.out / "sft" / "policy"
 
@@ -388,13 +412,21 @@ class Trainer:
 
     # ----------------------------------------------------------------------------------------------- eval
     def evaluate(self, step: int) -> dict[str, Any]:
-        """pass@1 (greedy) on the fixed held-out split."""
+        """pass@1 on the fixed held-out split: greedy, or the mean reward of ``env.eval_samples`` seeded samples
+        per task at ``env.eval_temperature`` (the same seeds at every evaluation, so steps are comparable)."""
         import asyncio
 
         from trace_rl.rollout.agent import run_episode
         from trace_rl.rollout.backends import SamplingParams
 
-        greedy = SamplingParams(max_new_tokens=self.cfg.sampling.max_new_tokens, temperature=0.0, seed=0)
+        env_cfg = self.cfg.env
+        params = SamplingParams(
+            max_new_tokens=self.cfg.sampling.max_new_tokens,
+            temperature=env_cfg.eval_temperature,
+            top_p=self.cfg.sampling.top_p if env_cfg.eval_temperature > 0 else 1.0,
+            seed=0,
+        )
+        k = env_cfg.eval_samples
 
         async def run_all() -> list[float]:
             eps = await asyncio.gather(
@@ -404,11 +436,12 @@ class Trainer:
                         self.env_factory(),
                         self.codec,
                         t,
-                        greedy,
-                        max_turns=self.cfg.env.max_turns,
-                        seed=i,
+                        params,
+                        max_turns=env_cfg.max_turns,
+                        seed=i * k + j,
                     )
                     for i, t in enumerate(self.eval_tasks)
+                    for j in range(k)
                 ]
             )
             return [float(e.reward) for e in eps]
@@ -420,7 +453,9 @@ class Trainer:
             "step": step,
             "method": self.cfg.method,
             "eval_accuracy": float(np.mean(rewards)) if rewards else float("nan"),
-            "eval_tasks": len(rewards),
+            "eval_tasks": len(self.eval_tasks),
+            "eval_samples": k,
+            "eval_temperature": env_cfg.eval_temperature,
             "eval_s": time.perf_counter() - t0,
         }
 
@@ -471,6 +506,15 @@ class Trainer:
         return records
 
 
+def policy_device(cfg: TrainConfig) -> str:
+    """The torch device for the policy: ``cfg.device``, with "auto" = cuda when available, else cpu."""
+    import torch
+
+    if cfg.device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return cfg.device
+
+
 def _quiet_transformers() -> None:
     """No per-save progress bars or load reports from transformers in the training log."""
     try:
@@ -518,10 +562,42 @@ def resume_config(out: str | Path) -> TrainConfig:
     return config_from_dict(json.loads(path.read_text()))
 
 
+# What a run writes into its folder; `clear_run` removes exactly these (and nothing else a user keeps there).
+RUN_FILES = ("metrics.jsonl", "config.json", "report.html")
+RUN_DIRS = ("checkpoints", "tb", "sft", "report")
+
+
+def clear_run(out: str | Path) -> None:
+    """Delete an earlier run's files from ``out`` (for ``trace-rl train --overwrite``)."""
+    root = Path(out)
+    for name in RUN_FILES:
+        (root / name).unlink(missing_ok=True)
+    for name in RUN_DIRS:
+        shutil.rmtree(root / name, ignore_errors=True)
+
+
 def train(
-    cfg: TrainConfig, out: str | Path, *, resume: bool = False, progress: bool = True
+    cfg: TrainConfig,
+    out: str | Path,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    overwrite: bool = False,
 ) -> list[dict[str, Any]]:
-    """Run (or resume) training; returns this invocation's step records."""
+    """Run (or resume) training; returns this invocation's step records.
+
+    Raises:
+        ValueError: ``out`` already holds a run (metrics.jsonl or checkpoints) and neither ``resume`` nor
+            ``overwrite`` is set: a new run would interleave its records with the old ones.
+    """
+    root = Path(out)
+    if overwrite and not resume:
+        clear_run(root)
+    elif not resume and ((root / "metrics.jsonl").exists() or (root / "checkpoints").exists()):
+        raise ValueError(
+            f"{root} already holds a run; continue it with --resume {root}, choose another --out, "
+            "or pass --overwrite to replace it"
+        )
     return Trainer(cfg, out, resume=resume).run(progress=progress)
 
 

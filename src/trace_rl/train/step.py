@@ -205,7 +205,8 @@ def training_step(
     inside = parts.timers.get("predictor", 0.0) + parts.timers.get("allocation", 0.0) - inside0
     tools = _tool_seconds(parts.env_factory) - tools0
     parts.tick("tools", tools)
-    parts.tick("generation", time.perf_counter() - t0 - inside - tools)  # exclusive of callbacks and tools
+    # rollout wall time with no tool call running (tool calls overlap generation in worker threads)
+    parts.tick("generation", max(time.perf_counter() - t0 - inside - tools, 0.0))
     trees = [r.tree for r in results]
 
     # 4. refresh the predictor on the bottom-up targets

@@ -72,9 +72,11 @@ def sequence_logprobs(model: Any, rows: Sequence[PathTokens], temperature: float
     for i, f in enumerate(full):
         ids[i, : len(f)] = torch.as_tensor(f)
         att[i, : len(f)] = 1
+    device = next(model.parameters()).device
+    ids, att = ids.to(device), att.to(device)
     logits = model(input_ids=ids, attention_mask=att).logits.float() / temperature
     logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)  # (B, W-1)
-    out = torch.zeros((len(rows), span), dtype=logp.dtype)
+    out = torch.zeros((len(rows), span), dtype=logp.dtype, device=device)
     for i, r in enumerate(rows):
         p, t = len(r.prompt_ids), len(r.token_ids)
         out[i, :t] = logp[i, p - 1 : p - 1 + t]  # token at position p + j is predicted at p + j - 1
@@ -120,9 +122,10 @@ def policy_update(
         for start in range(0, len(rows), settings.minibatch):
             batch = [rows[int(i)] for i in order[start : start + settings.minibatch]]
             span = max(len(r.token_ids) for r in batch)
-            mask = _pad([r.loss_mask for r in batch], span, torch.float32)
-            old = _pad([r.logprobs for r in batch], span, torch.float32)
-            adv = _pad([r.advantages for r in batch], span, torch.float32)
+            device = next(model.parameters()).device
+            mask = _pad([r.loss_mask for r in batch], span, torch.float32).to(device)
+            old = _pad([r.logprobs for r in batch], span, torch.float32).to(device)
+            adv = _pad([r.advantages for r in batch], span, torch.float32).to(device)
             new = sequence_logprobs(model, batch, settings.temperature, pad_id)
             ref = None
             if settings.kl_coef > 0 and ref_model is not None:
