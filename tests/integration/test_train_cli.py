@@ -155,3 +155,15 @@ def test_bad_train_input_is_one_line(tmp_path, args, message) -> None:
     assert res.returncode == 2
     assert message in res.stderr and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_overwrite_refuses_to_delete_the_policy_it_would_load(tmp_path) -> None:
+    out = tmp_path / "run"
+    (out / "sft" / "policy").mkdir(parents=True)
+    (out / "metrics.jsonl").write_text("")
+    policy = str(out / "sft" / "policy")
+    res = run(
+        "train", "--preset", "smoke", "--out", str(out), "--overwrite", "--set", f"policy.name={policy}"
+    )
+    assert res.returncode == 2 and "would delete policy.name" in res.stderr
+    assert (out / "sft" / "policy").is_dir() and (out / "metrics.jsonl").exists()

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import os
-import resource
 import select
 import shutil
 import signal
@@ -202,14 +201,17 @@ def _unshare_command(python: str, prefix: str, limits: list[str], root_dir: str)
     ]
 
 
-def _set_launcher_limits() -> None:  # runs in the forked child before exec (no threads there)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+def _no_core_dumps(cmd: list[str]) -> list[str]:
+    """Run the launcher itself without core dumps. A ``prlimit`` prefix, not ``preexec_fn``: tool calls run in
+    worker threads, and Python code between fork and exec is unsafe in a threaded process."""
+    prlimit = shutil.which("prlimit")
+    return [prlimit, "--core=0", "--", *cmd] if prlimit else cmd
 
 
 def _run(cmd: list[str], code: str, timeout_s: float, max_output_bytes: int, backend: str) -> ExecResult:
     """Start ``cmd`` with ``code`` on stdin; collect capped output; kill the process group on limits."""
     proc = subprocess.Popen(
-        cmd,
+        _no_core_dumps(cmd),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -217,7 +219,6 @@ def _run(cmd: list[str], code: str, timeout_s: float, max_output_bytes: int, bac
         cwd="/",
         start_new_session=True,
         close_fds=True,
-        preexec_fn=_set_launcher_limits,
     )
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     try:

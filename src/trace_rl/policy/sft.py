@@ -108,7 +108,10 @@ def build_sft_examples(
                 break
         return first, steps
 
-    # Tool calls (a sandboxed interpreter for math_python) dominate; they overlap well in threads.
+    # Tool calls (a sandboxed interpreter for math_python) dominate; they overlap well in threads. One env is
+    # made here first so that lazily built shared resources (multihop_qa's BM25 index) are built once.
+    if tasks:
+        env_factory()
     with ThreadPoolExecutor(max_workers=min(8, max(1, len(tasks)))) as pool:
         replays = list(pool.map(replay, range(len(tasks))))
     end = int(tokenizer.convert_tokens_to_ids(IM_END))

@@ -64,7 +64,9 @@ def compare(
     """Train every method with seeds 0..seeds-1 at the config's budget; write and return comparison.json.
 
     ``jobs`` > 1 runs that many (method, seed) runs at once in separate processes, each with one torch thread
-    unless the config sets ``threads`` (results do not depend on ``jobs``: every run is seeded on its own).
+    unless the config sets ``threads``. Every run is seeded on its own; with the same ``threads`` the runs of
+    ``jobs=1`` and ``jobs>1`` differ at most by the floating-point effects of batch composition in the engine
+    (tool calls finish in a timing-dependent order).
 
     Raises:
         ValueError: jobs < 1, or an invalid run config.
@@ -89,14 +91,18 @@ def compare(
             summaries[(method, seed)] = _run_one(run_cfg, run_dir, progress)
     else:
         import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures import ProcessPoolExecutor, as_completed
 
         log(f"== {len(plan)} runs, {jobs} at a time, under {root}")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-            futures = {(m, s): pool.submit(_run_one, c, d, False) for m, s, c, d in plan}
-            for (method, seed), future in futures.items():
-                summaries[(method, seed)] = future.result()
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"))
+        try:
+            futures = {pool.submit(_run_one, c, d, False): (m, s) for m, s, c, d in plan}
+            for future in as_completed(futures):
+                method, seed = futures[future]
+                summaries[(method, seed)] = future.result()  # a failed run raises here, at once
                 log(f"== {method} seed {seed} done")
+        finally:  # on a failure: drop the queued runs instead of waiting for them
+            pool.shutdown(wait=True, cancel_futures=True)
     per_method: dict[str, dict[str, Any]] = {}
     for method in methods:
         runs = [summaries[(method, seed)] for seed in range(seeds)]

@@ -8,6 +8,7 @@ raise `ConfigError` with one line naming the key, e.g. ``budget.roots: must be a
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -333,7 +334,11 @@ def validate(cfg: TrainConfig) -> None:
     need(cfg.checkpoint_every >= 1, "checkpoint_every", "must be at least 1")
     need(cfg.env.max_turns >= 1, "env.max_turns", "must be at least 1")
     need(cfg.env.eval_tasks >= 0, "env.eval_tasks", "must be >= 0")
-    need(cfg.env.eval_temperature >= 0, "env.eval_temperature", "must be >= 0 (0 = greedy)")
+    need(
+        math.isfinite(cfg.env.eval_temperature) and cfg.env.eval_temperature >= 0,
+        "env.eval_temperature",
+        "must be finite and >= 0 (0 = greedy)",
+    )
     need(cfg.env.eval_samples >= 1, "env.eval_samples", "must be >= 1")
     need(
         cfg.env.eval_temperature > 0 or cfg.env.eval_samples == 1,

@@ -12,6 +12,7 @@ Output folder layout::
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import shutil
@@ -229,7 +230,9 @@ class Trainer:
             seed=cfg.seed,
         )
         self.optimizer = torch.optim.AdamW(self.policy.model.parameters(), lr=cfg.optim.lr, betas=(0.9, 0.95))
-        self.predictor = build_predictor(cfg.predictor.name, lr=cfg.predictor.lr, seed=cfg.seed)
+        self.predictor = build_predictor(
+            cfg.predictor.name, lr=cfg.predictor.lr, seed=cfg.seed, device=policy_device(cfg)
+        )
         self.online = OnlineTrainer(
             self.predictor,
             OnlineConfig(
@@ -316,7 +319,7 @@ class Trainer:
             steps=cfg.policy.sft_steps,
             batch_size=cfg.policy.sft_batch,
             lr=cfg.policy.sft_lr,
-            eval_every=max(cfg.policy.sft_steps // cfg.policy.sft_evals, 1),
+            eval_every=max(math.ceil(cfg.policy.sft_steps / cfg.policy.sft_evals), 1),  # the last at the end
             seed=cfg.seed,
         )
         self.log(f"warm start: {cfg.policy.sft_steps} SFT steps on {len(examples)} gold trajectories")
@@ -512,6 +515,13 @@ def policy_device(cfg: TrainConfig) -> str:
 
     if cfg.device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    if cfg.device.startswith("cuda"):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(cfg.device.partition(":")[2] or 0)
+        if index >= count:
+            raise ValueError(
+                f"device={cfg.device!r} but torch sees {count} CUDA device(s); use device=auto or cpu"
+            )
     return cfg.device
 
 
@@ -592,6 +602,14 @@ def train(
     """
     root = Path(out)
     if overwrite and not resume:
+        policy = Path(cfg.policy.name)
+        if policy.exists() and any(
+            policy.resolve().is_relative_to((root / d).resolve()) for d in (*RUN_DIRS, *RUN_FILES)
+        ):
+            raise ValueError(
+                f"--overwrite would delete policy.name={cfg.policy.name}, which lies in the run being replaced; "
+                "copy it out of the folder first"
+            )
         clear_run(root)
     elif not resume and ((root / "metrics.jsonl").exists() or (root / "checkpoints").exists()):
         raise ValueError(

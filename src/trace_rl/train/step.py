@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,9 +83,17 @@ UNITS_PER_ROLLOUT = 8  # token-aware accounting: integer cost units per full rol
 
 
 def prefix_callback(
-    method: Method, parts: StepParts, shape: BudgetShape, rng: np.random.Generator, spent_units: list[int]
+    method: Method,
+    parts: StepParts,
+    shape: BudgetShape,
+    prompt_rngs: Mapping[str, np.random.Generator],
+    spent_units: list[int],
 ) -> Callable[[Task, RolloutTree, Sequence[Anchor], Sequence[Any], int], np.ndarray]:
     """The scheduler's per-prompt callback: score this prompt's anchors and allocate its replays.
+
+    ``prompt_rngs`` maps each task id to its own generator (drawn in pool order before the rollouts start):
+    prompts finish in an order that depends on generation and tool timing, so a shared generator would hand
+    different draws to different prompts from run to run.
 
     With "paper" accounting ``budget`` counts replays (N m_i) and each costs ``shape.replay_cost``. With "token"
     accounting ``budget`` is in integer units (UNITS_PER_ROLLOUT per full rollout) and a replay from anchor j
@@ -109,10 +117,10 @@ def prefix_callback(
         if parts.accounting == "token":
             remaining, full = _token_work(tree, anchors)
             cost = token_aware_costs(remaining, full, units_per_rollout=UNITS_PER_ROLLOUT)
-            k = method.prefixes(q, budget, rng, cost)
+            k = method.prefixes(q, budget, prompt_rngs[task.id], cost)
             spent_units.append(int((cost * k).sum()))
         else:
-            k = method.prefixes(q, budget, rng, None)
+            k = method.prefixes(q, budget, prompt_rngs[task.id], None)
         parts.tick("allocation", time.perf_counter() - t1)
         return k
 
@@ -183,6 +191,10 @@ def training_step(
     spent_units: list[int] = []
 
     # 3. roots, then per-prompt prefix expansion as soon as that prompt's roots return
+    prompt_rngs = {
+        t.id: np.random.default_rng(int(x))
+        for t, x in zip(pool, rng.integers(2**63 - 1, size=len(pool)), strict=True)
+    }
     t0 = time.perf_counter()
     inside0 = parts.timers.get("predictor", 0.0) + parts.timers.get("allocation", 0.0)
     tools0 = _tool_seconds(parts.env_factory)
@@ -194,7 +206,7 @@ def training_step(
             parts.env_factory,
             parts.codec,
             parts.sampling,
-            prefix_callback(used, parts, shape, rng, spent_units),
+            prefix_callback(used, parts, shape, prompt_rngs, spent_units),
             max_turns=parts.max_turns,
             max_concurrency=parts.max_concurrency,
             replay_cost=shape.replay_cost,
