@@ -52,6 +52,7 @@ def test_train_smoke_logs_checkpoints_and_report(tmp_path) -> None:
         # the predictor is scored on each step's new nodes before it trains on them
         assert 0 <= r["predictor_mse"] <= 1 and "predictor_mse_depth_0" in r and "predictor_ece" in r
         assert r["active_prompts"] <= 4  # smoke: M(1 + N/2) / n = 16 / 4 prompts at most
+    assert recs[0]["allocation"] == "treepo" and recs[0]["predictor_warm"] == 0.0  # cold start, as recorded
     evals = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"eval"' in x]
     assert {e["step"] for e in evals} == {0, 2} and all(0 <= e["eval_accuracy"] <= 1 for e in evals)
     assert (out / "checkpoints" / "step_2" / "state.json").exists()
@@ -98,6 +99,9 @@ def test_sigkill_then_resume_logs_every_step_once(tmp_path) -> None:
     assert steps == [1, 2, 3, 4], steps
     assert "NaN" not in (out / "metrics.jsonl").read_text()  # strict JSON lines
     assert not list((out / "checkpoints").glob(".tmp*"))
+    assert (
+        "summary: 4 steps" in res.stdout and (out / "report.html").exists()
+    )  # a resumed run ends like a new one
 
 
 def test_compare_and_report(tmp_path) -> None:
@@ -124,6 +128,13 @@ def test_compare_and_report(tmp_path) -> None:
         assert {"effective_ratio", "success_rate", "eval_accuracy", "budget_spent"} <= set(row)
         assert row["budget_spent"] <= data["budget_total"] + 1e-9
     assert "grpo" in (out / "report.html").read_text()
+
+    # continuing a compare folder with a different config is refused (its runs would mix two configs)
+    changed = run(
+        *("compare", "--preset", "smoke", "--methods", "grpo", "--seeds", "1", "--steps", "1"),
+        *("--set", "threads=1", "--set", "budget.roots=16", "--out", str(out)),
+    )
+    assert changed.returncode == 2 and "holds a run with a different config" in changed.stderr
 
     # the same comparison with two runs at once (separate processes) gives the same numbers
     par = tmp_path / "cmp_parallel"

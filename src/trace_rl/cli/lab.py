@@ -22,7 +22,7 @@ def register(sub: Any) -> None:
     )
     lab_sub = p.add_subparsers(dest="lab_command", required=True)
     c = lab_sub.add_parser(
-        "claims", help="evaluate the paper's claims at equal budget, with 95% CIs over seeds"
+        "claims", help="evaluate the paper's claims at equal budget, with 95%% CIs over seeds"
     )
     c.add_argument("--json", action="store_true", help="print a JSON list of {id, statement, measured, ...}")
     c.add_argument("--seeds", type=int, default=10, help="seeds for the confidence intervals (default 10)")

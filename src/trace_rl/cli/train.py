@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--resume continues a run with its saved config; overrides are not allowed")
         cfg = resume_config(args.resume)
         train(cfg, args.resume, resume=True, progress=not args.no_progress)
-        return 0
+        return _finish(args.resume)
     if not args.out:
         raise UsageError("--out DIR is required (or --resume DIR)")
     cfg = load_config(
@@ -83,11 +83,15 @@ def run(args: argparse.Namespace) -> int:
     from trace_rl.train.run import train
 
     train(cfg, args.out, progress=not args.no_progress, overwrite=args.overwrite)
+    return _finish(args.out)
+
+
+def _finish(out: str) -> int:
+    """After a run (new or resumed): the summary line and the report."""
     from trace_rl.metrics.report import write_report
 
-    print(summary_line(args.out))
-    path = write_report(args.out)
-    print(f"report: {path}")
+    print(summary_line(out))
+    print(f"report: {write_report(out)}")
     return 0
 
 

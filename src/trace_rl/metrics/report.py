@@ -161,6 +161,8 @@ def _runs_of(folder: Path) -> tuple[dict[str, list[dict[str, Any]]], dict[str, A
     comparison = folder / "comparison.json"
     if comparison.exists():
         data = json.loads(comparison.read_text())
+        if not isinstance(data, dict) or not isinstance(data.get("methods"), dict):
+            raise ValueError(f"{comparison} has no 'methods' table: not written by trace-rl compare")
         runs: dict[str, list[dict[str, Any]]] = {}
         for method in data.get("methods", {}):
             seeds = sorted((folder / method).glob("seed_*"))
@@ -168,6 +170,8 @@ def _runs_of(folder: Path) -> tuple[dict[str, list[dict[str, Any]]], dict[str, A
         return runs, data
     recs = _records(folder / "metrics.jsonl")
     if not recs:
+        if (folder / "metrics.jsonl").exists():
+            raise ValueError(f"{folder}/metrics.jsonl holds no readable record")
         raise ValueError(f"{folder} holds neither metrics.jsonl nor comparison.json")
     method = next((r.get("method") for r in recs if r.get("method")), "run")
     return {str(method): recs}, None

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from trace_rl.train.config import TrainConfig, budget_shape, validate
-from trace_rl.train.run import Trainer, read_metrics, summarize, train
+from trace_rl.train.run import Trainer, check_same_config, read_metrics, summarize, train
 
 METRICS = (
     "effective_ratio",
@@ -47,6 +47,8 @@ def warm_start_once(cfg: TrainConfig, out: Path, log: Callable[[str], None] = pr
 def _run_one(run_cfg: TrainConfig, run_dir: Path, progress: bool) -> dict[str, float]:
     """Train one (method, seed) run (continuing it if an earlier compare was interrupted); its summary."""
     started = (run_dir / "checkpoints").exists() or (run_dir / "metrics.jsonl").exists()
+    if started:
+        check_same_config(run_cfg, run_dir)  # continuing is only right for the same run
     train(run_cfg, run_dir, resume=started, progress=progress)
     return summarize(read_metrics(run_dir / "metrics.jsonl"))
 

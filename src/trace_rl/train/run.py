@@ -30,6 +30,14 @@ from trace_rl.train.config import TrainConfig, budget_shape, config_from_dict, e
 KEEP_CHECKPOINTS = 2
 
 
+class WarmStartError(ValueError):
+    """The configured warm start did not reach any success on its probe prompts: RL would get no signal.
+
+    A ValueError because the fix is a config value (more ``policy.sft_steps``, or ``policy.require_jump: false``);
+    the CLI reports it as one error line.
+    """
+
+
 class TimedEnvFactory:
     """Makes environments whose step() calls are timed (the "tools" share of the wall-clock).
 
@@ -339,7 +347,7 @@ class Trainer:
             f"mixed share {final.get('mixed_share', float('nan')):.3f}"
         )
         if cfg.policy.require_jump and final.get("mean_success", 0.0) <= 0.0:
-            raise RuntimeError(
+            raise WarmStartError(
                 "the SFT warm start ended without a single success on its probe prompts (no copy-learning jump); "
                 "raise policy.sft_steps or set policy.require_jump=false"
             )
@@ -584,6 +592,15 @@ def clear_run(out: str | Path) -> None:
         (root / name).unlink(missing_ok=True)
     for name in RUN_DIRS:
         shutil.rmtree(root / name, ignore_errors=True)
+
+
+def check_same_config(cfg: TrainConfig, out: str | Path) -> None:
+    """Raise ValueError when ``out`` holds a run (config.json) started with a different config than ``cfg``."""
+    path = Path(out) / "config.json"
+    if path.exists() and config_from_dict(json.loads(path.read_text())) != cfg:
+        raise ValueError(
+            f"{out} holds a run with a different config; use another --out (or delete that run) to start afresh"
+        )
 
 
 def train(

@@ -245,7 +245,7 @@ def training_step(
         "step": step,
         "method": method.name,
         "allocation": used.name,
-        "predictor_warm": warm,
+        "predictor_warm": float(warm),
         "budget_spent": (
             float(len([e for r in results for e in r.roots]) + sum(spent_units) / UNITS_PER_ROLLOUT)
             if parts.accounting == "token"
@@ -271,6 +271,9 @@ def training_step(
     }
     record["predictor_share"] = record["time_predictor_s"] / wall if wall > 0 else 0.0
     record.update(_predictor_fields(pred_metrics))
+    record["predictor_warm"] = float(
+        warm
+    )  # the state the allocation used (the online trainer reports it after training)
     record.update({f"update_{k}": v for k, v in update_metrics.items()})
     if depths:
         record["replay_depth_histogram"] = replay_depth_histogram(trees).tolist() if trees else []
