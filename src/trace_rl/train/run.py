@@ -220,14 +220,13 @@ class Trainer:
         if self.resume and ckpt is None:
             self.log(f"no checkpoint under {self.out}/checkpoints: starting from step 1")
             (self.out / "metrics.jsonl").unlink(missing_ok=True)  # its steps are redone
-        if ckpt is not None:
-            self.policy = load_policy(str(ckpt / "policy"), seed=cfg.seed)
-            self.policy.model.to(policy_device(cfg))
-        else:
-            self.policy = load_policy(cfg.policy.name, seed=cfg.seed)
-            self.policy.model.to(policy_device(cfg))
-            if cfg.policy.sft_steps > 0:
-                self._warm_start()
+        self.device = policy_device(cfg)
+        self.policy = load_policy(
+            str(ckpt / "policy") if ckpt is not None else cfg.policy.name, seed=cfg.seed
+        )
+        self.policy.model.to(self.device)
+        if ckpt is None and cfg.policy.sft_steps > 0:
+            self._warm_start()
         self.pad_id = int(self.policy.tokenizer.pad_token_id or 0)
         self.engine = LocalEngine(self.policy, max_batch=cfg.sampling.max_concurrency)
         self.codec = ChatCodec(self.policy.tokenizer, render_tools=cfg.policy.render_tools)
@@ -239,7 +238,7 @@ class Trainer:
         )
         self.optimizer = torch.optim.AdamW(self.policy.model.parameters(), lr=cfg.optim.lr, betas=(0.9, 0.95))
         self.predictor = build_predictor(
-            cfg.predictor.name, lr=cfg.predictor.lr, seed=cfg.seed, device=policy_device(cfg)
+            cfg.predictor.name, lr=cfg.predictor.lr, seed=cfg.seed, device=self.device
         )
         self.online = OnlineTrainer(
             self.predictor,
