@@ -129,3 +129,38 @@ def test_bad_strategy_and_plan_raise(tiny_policy):
         asyncio.run(run_plan(plan([2], [1]), tasks, engine, toy_env.make_env, codec, sp, greedy, max_turns=2))
     with pytest.raises(ValueError, match="pool has 1"):
         asyncio.run(run_plan(plan([2, 2], [1, 1]), tasks, engine, toy_env.make_env, codec, sp, greedy))
+
+
+def test_fresh_anchor_buys_root_rollouts_at_cost_one(tiny_policy):
+    """With fresh_anchor the prompt is offered first (node 0, depth 0); its "replays" become root rollouts."""
+    tasks = toy_env.load_tasks("train", 2, seed=5)
+    engine = LocalEngine(tiny_policy, max_batch=16)
+    codec = ChatCodec(tiny_policy.tokenizer)
+    seen: list[list[tuple[int, int]]] = []
+
+    def strategy(task, tree, anchors, points, budget):  # type: ignore[no-untyped-def]
+        seen.append([(a.node, a.depth) for a in anchors])
+        assert points[0] is None and all(p is not None for p in points[1:])
+        k = np.zeros(len(anchors), np.int64)
+        k[0], k[1] = 2, 1  # two fresh rollouts and one replay from the first turn prefix
+        return k
+
+    results = asyncio.run(
+        run_plan(
+            plan([2, 3], [4, 4]),
+            tasks,
+            engine,
+            lambda: toy_env.make_env(max_turns=5),
+            codec,
+            SamplingParams(max_new_tokens=6, temperature=1.0),
+            strategy,
+            max_turns=3,
+            fresh_anchor=True,
+        )
+    )
+    for r, m in zip(results, [2, 3], strict=True):
+        assert seen and all(s[0] == (0, 0) for s in seen)
+        assert r.fresh == 2 and len(r.roots) == m + 2 and len(r.replays) == 1
+        assert r.spent == (m + 2) + 0.5 * 1  # a fresh rollout costs 1, a replay 0.5
+        assert int((r.tree.parent == 0).sum()) == m + 2  # fresh rollouts hang under the prompt
+        assert not r.tree.is_replay[r.tree.parent == 0].any()

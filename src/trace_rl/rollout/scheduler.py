@@ -7,6 +7,10 @@ its anchors (non-root, non-leaf turn prefixes, each with its rollout's reward) g
 `allocate_prefixes(q, budget)`), and the k_j replays from each anchor's save point start at once. The result is
 one rollout tree per active prompt with budget and token accounting (DESIGN.md sections 1-2).
 
+With ``fresh_anchor=True`` the prompt itself is offered to the strategy as the first anchor (node 0, depth 0,
+reward = the majority outcome of its roots, no save point): a "replay" from it is a fresh rollout, added to the
+tree as one more root rollout and charged 1 rollout-equivalent.
+
 The scheduler takes the strategy as an argument; it imports no allocation rule of its own.
 """
 
@@ -33,11 +37,13 @@ def default_tree_factory(prompt_ids: npt.ArrayLike, meta: dict[str, Any]) -> Rol
     return RolloutTree.new(prompt_ids=prompt_ids, meta=meta)
 
 
-PrefixStrategy = Callable[[Task, RolloutTree, Sequence[Anchor], Sequence[SavePoint], int], npt.ArrayLike]
+PrefixStrategy = Callable[
+    [Task, RolloutTree, Sequence[Anchor], Sequence[SavePoint | None], int], npt.ArrayLike
+]
 """strategy(task, tree, anchors, save_points, budget) -> k (one count per anchor, sum(k) <= budget).
 
 ``tree`` holds the prompt's root rollouts (a predictor reads each anchor's history from it); save_points[j] is
-the boundary of anchors[j] (token prefix + env snapshot)."""
+the boundary of anchors[j] (token prefix + env snapshot), None for the prompt's depth-0 anchor."""
 
 
 def uniform_prefixes(
@@ -66,7 +72,8 @@ class PromptResult:
     Attributes:
         task: the prompt.
         tree: its rollout tree (roots under node 0, replays under their anchors).
-        roots: root episodes, in order; replays: (anchor node, episode) pairs.
+        roots: root episodes, in order (fresh rollouts bought by the prefix budget last); replays: (anchor node,
+            episode) pairs. fresh: how many of ``roots`` the prefix budget bought (``fresh_anchor``).
         k: int64 (A,) replays allocated per anchor (anchor order of `tree.anchors()` at expansion time).
         spent: budget spent in rollout-equivalents: roots + replay_cost * replays (DESIGN.md section 2).
         sampled_tokens: model tokens sampled (roots + replays); context_tokens: tokens of all turns appended.
@@ -79,6 +86,7 @@ class PromptResult:
     replays: list[tuple[int, Episode]] = field(default_factory=list)
     k: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     spent: float = 0.0
+    fresh: int = 0
     sampled_tokens: int = 0
     context_tokens: int = 0
     roots_done_s: float = 0.0
@@ -99,6 +107,7 @@ async def run_plan(
     replay_cost: float = 0.5,
     seed: int = 0,
     tree_factory: Callable[[npt.ArrayLike, dict[str, Any]], RolloutTree] = default_tree_factory,
+    fresh_anchor: bool = False,
 ) -> list[PromptResult]:
     """Run a root plan over a candidate pool; returns one `PromptResult` per active prompt (plan order).
 
@@ -108,6 +117,7 @@ async def run_plan(
         strategy: prefix allocation callback, called once per prompt as soon as its roots return.
         max_concurrency: episodes in flight at once over all prompts (>= 1).
         replay_cost: rollout-equivalents charged per replay (paper: 0.5).
+        fresh_anchor: offer the prompt as a depth-0 anchor whose replays are fresh rollouts (module doc).
 
     Raises:
         ValueError: plan and pool sizes differ, bad concurrency, or a strategy returning a bad allocation
@@ -140,7 +150,11 @@ async def run_plan(
             for node, sp in zip(nodes[:-1], ep.save_points, strict=False):
                 save_of[int(node)] = sp
         anchors = [a for a in tree.anchors() if a.node in save_of]
-        points = [save_of[a.node] for a in anchors]
+        points: list[SavePoint | None] = [save_of[a.node] for a in anchors]
+        if fresh_anchor and roots:
+            wins = sum(float(e.reward) >= 0.5 for e in roots)
+            anchors.insert(0, Anchor(node=0, depth=0, reward=float(2 * wins >= len(roots))))
+            points.insert(0, None)
         budget = math.floor(float(plan.replay_budget[i]) + 1e-9)
         k = (
             np.asarray(strategy(task, tree, anchors, points, budget), dtype=np.int64).reshape(-1)
@@ -157,12 +171,18 @@ async def run_plan(
             for r in range(int(k[j]))
         ]
         replays = list(await asyncio.gather(*[episode(task, s, start=sp) for _, sp, s in jobs]))
-        result = PromptResult(task, tree, roots, [], k, roots_done_s=roots_done)
+        result = PromptResult(task, tree, list(roots), [], k, roots_done_s=roots_done)
         for (node, _, _), ep in zip(jobs, replays, strict=True):
-            tree.add_replay(node, ep.turns, ep.reward)
-            result.replays.append((node, ep))
+            if node == 0:  # a fresh rollout bought by the prefix budget: one more root rollout
+                if ep.turns:
+                    tree.add_rollout(ep.turns, ep.reward)
+                result.roots.append(ep)
+                result.fresh += 1
+            else:
+                tree.add_replay(node, ep.turns, ep.reward)
+                result.replays.append((node, ep))
         every = roots + replays
-        result.spent = len(roots) + replay_cost * len(replays)
+        result.spent = len(result.roots) + replay_cost * len(result.replays)
         result.sampled_tokens = sum(e.sampled_tokens for e in every)
         result.context_tokens = sum(int(t.token_ids.size) for e in every for t in e.turns)
         result.done_s = time.perf_counter() - t0

@@ -63,6 +63,19 @@ class PolicySection:
         require_jump: stop with an error when the warm start ends without any success on its probe prompts.
         render_tools: render the tasks' tool schemas into the system prompt (False keeps prompts short for
             small from-scratch policies, which learn the tool format from the warm start).
+        sft_stop_success: when > 0, ``sft_steps`` is a cap and the warm start stops at the first probe (every
+            ``sft_eval_every`` steps from ``sft_min_steps``) with mean success >= this and mixed share >=
+            ``sft_stop_mixed``; reaching the cap without it is an error (with ``require_jump``). 0: run exactly
+            ``sft_steps`` steps with ``sft_evals`` probes.
+        sft_stop_mixed: the stop rule's minimum share of probe prompts with mixed outcomes.
+        sft_min_steps: no stop before this step.
+        sft_eval_every: probe period (steps) of the stop rule.
+        sft_probe_prompts: training prompts in each probe (8 samples each at temperature 1); the last probe's
+            outcomes are saved with the policy and warm-start the predictor (``predictor.warm_start``).
+        sft_task_kwargs: task-loader arguments of the warm start's gold trajectories when they should differ
+            from the RL pool's (``env.task_kwargs``), e.g. SFT on short expressions and RL on a wider mix. The
+            stop-rule probes then use SFT prompts, and one more probe on the RL pool feeds the predictor.
+            None: the RL pool's tasks.
     """
 
     name: str = "tiny"
@@ -72,6 +85,12 @@ class PolicySection:
     sft_evals: int = 4
     require_jump: bool = True
     render_tools: bool = True
+    sft_stop_success: float = 0.0
+    sft_stop_mixed: float = 0.0
+    sft_min_steps: int = 0
+    sft_eval_every: int = 100
+    sft_probe_prompts: int = 32
+    sft_task_kwargs: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -129,12 +148,16 @@ class PredictorSection:
     """The shared success predictor (trace_rl.predictor).
 
     Attributes:
-        name: backbone ("tiny", "minilm" or a local Hugging Face path).
+        name: backbone ("tiny", "minilm", a local Hugging Face path, or a convex predictor: "ngram",
+            "minilm-head", "ngram+minilm"; see `trace_rl.predictor.build_predictor`).
         prefix_share: share of prefix nodes in each predictor batch (paper: about 6%).
-        buffer_steps: recent steps kept in the replay buffer.
-        updates: predictor optimizer steps after each training step.
+        buffer_steps: recent steps kept in the replay buffer (the convex predictors keep every example).
+        updates: predictor optimizer steps after each training step (exactly this many; the convex predictors
+            refit once per step on everything they have seen).
         batch_size: examples per predictor step.
-        lr: predictor learning rate.
+        lr: predictor learning rate (unused by the convex predictors).
+        warm_start: before step 1, train the predictor on the outcomes of the policy warm start's last probe
+            (training prompts; saved with the warm-started policy as probe_outcomes.json).
     """
 
     name: str = "tiny"
@@ -143,6 +166,7 @@ class PredictorSection:
     updates: int = 8
     batch_size: int = 32
     lr: float = 1e-3
+    warm_start: bool = True
 
 
 @dataclass(frozen=True)
@@ -348,6 +372,15 @@ def validate(cfg: TrainConfig) -> None:
     need(cfg.policy.sft_steps >= 0, "policy.sft_steps", "must be >= 0")
     need(cfg.policy.sft_evals >= 1, "policy.sft_evals", "must be >= 1 (the last evaluation checks the jump)")
     need(cfg.policy.sft_batch >= 1, "policy.sft_batch", "must be at least 1")
+    need(
+        0 <= cfg.policy.sft_stop_success <= 1,
+        "policy.sft_stop_success",
+        "must lie in [0, 1] (0 = no stop rule)",
+    )
+    need(0 <= cfg.policy.sft_stop_mixed <= 1, "policy.sft_stop_mixed", "must lie in [0, 1]")
+    need(cfg.policy.sft_min_steps >= 0, "policy.sft_min_steps", "must be >= 0")
+    need(cfg.policy.sft_eval_every >= 1, "policy.sft_eval_every", "must be at least 1")
+    need(cfg.policy.sft_probe_prompts >= 1, "policy.sft_probe_prompts", "must be at least 1")
     need(cfg.sampling.max_new_tokens >= 1, "sampling.max_new_tokens", "must be at least 1")
     need(cfg.sampling.temperature > 0, "sampling.temperature", "must be > 0 for RL sampling")
     need(0 < cfg.sampling.top_p <= 1, "sampling.top_p", "must lie in (0, 1]")

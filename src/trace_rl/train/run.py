@@ -246,10 +246,16 @@ class Trainer:
                 batch_size=cfg.predictor.batch_size,
                 prefix_share=cfg.predictor.prefix_share,
                 buffer_steps=cfg.predictor.buffer_steps,
-                max_updates_per_step=max(cfg.predictor.updates, 1),
+                updates_per_step=cfg.predictor.updates,
                 seed=cfg.seed,
             ),
         )
+        self.predictor_warm_record: dict[str, Any] | None = None
+        policy_dir = ckpt / "policy" if ckpt is not None else self.out / "sft" / "policy"
+        if ckpt is None and not (policy_dir / PROBE_FILE).exists():
+            policy_dir = Path(cfg.policy.name)  # a warm-started policy given by path (trace-rl compare)
+        if ckpt is None and cfg.predictor.warm_start and (policy_dir / PROBE_FILE).exists():
+            self._warm_predictor(policy_dir / PROBE_FILE)
         self.settings = UpdateSettings(
             estimator=estimator_for(cfg),
             normalize_std=cfg.optim.normalize_std,
@@ -287,49 +293,90 @@ class Trainer:
         (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
 
     def _warm_start(self) -> None:
-        """Supervised warm start on gold trajectories; verifies the copy-learning jump happened."""
-        from trace_rl.envs import gold_trajectory, make_env
+        """Supervised warm start on gold trajectories; verifies the copy-learning jump happened.
+
+        Probes sample 8 episodes (temperature 1) on each of the first ``policy.sft_probe_prompts`` training
+        prompts. With ``policy.sft_stop_success`` > 0 it stops at the first probe meeting the stop rule (success
+        and mixed share) and raises `WarmStartError` when the step cap comes first. The last probe's outcomes are
+        saved with the policy (probe_outcomes.json) to warm-start the predictor.
+        """
+        import asyncio
+
+        from trace_rl.envs import gold_trajectory, load_tasks, make_env
         from trace_rl.policy.sft import SFTConfig, build_sft_examples, train_sft
         from trace_rl.rollout.agent import ChatCodec
         from trace_rl.rollout.backends import SamplingParams
         from trace_rl.rollout.engine import LocalEngine
-        from trace_rl.rollout.evaluate import success_spread
+        from trace_rl.rollout.evaluate import sample_rewards, spread_metrics
 
         cfg = self.cfg
+        pol = cfg.policy
         sft_dir = self.out / "sft"
-        tasks = self.tasks
+        tasks = (
+            self.tasks
+            if pol.sft_task_kwargs is None
+            else load_tasks(cfg.env.name, "train", cfg.env.train_limit, cfg.seed, **pol.sft_task_kwargs)
+        )
         gold = [gold_trajectory(t) for t in tasks]
         examples = build_sft_examples(
             tasks,
             gold,
             lambda: make_env(cfg.env.name),
             self.policy.tokenizer,
-            render_tools=cfg.policy.render_tools,
+            render_tools=pol.render_tools,
         )
-        probe = self.tasks[: min(32, len(self.tasks))]
-        codec = ChatCodec(self.policy.tokenizer, render_tools=cfg.policy.render_tools)
+        probe = tasks[: min(pol.sft_probe_prompts, len(tasks))]
+        codec = ChatCodec(self.policy.tokenizer, render_tools=pol.render_tools)
         sampling = SamplingParams(max_new_tokens=cfg.sampling.max_new_tokens, temperature=1.0, seed=cfg.seed)
+        last: dict[str, Any] = {}
 
-        def evaluate(step: int) -> dict[str, float]:
+        def sample(prompts: list[Any]) -> Any:
             engine = LocalEngine(self.policy, max_batch=64)
-            return success_spread(
-                engine,
-                lambda: make_env(cfg.env.name),
-                codec,
-                probe,
-                sampling,
-                samples=8,
-                max_turns=cfg.env.max_turns,
+            return asyncio.run(
+                sample_rewards(
+                    engine,
+                    lambda: make_env(cfg.env.name),
+                    codec,
+                    prompts,
+                    sampling,
+                    samples=8,
+                    max_turns=cfg.env.max_turns,
+                )
             )
 
+        def evaluate(step: int) -> dict[str, float]:
+            last["rewards"] = sample(probe)
+            return spread_metrics(last["rewards"])
+
+        stop_rule = pol.sft_stop_success > 0
+
+        def stop(metrics: dict[str, float]) -> bool:
+            return (
+                metrics.get("mean_success", 0.0) >= pol.sft_stop_success
+                and metrics.get("mixed_share", 0.0) >= pol.sft_stop_mixed
+            )
+
+        every = (
+            pol.sft_eval_every if stop_rule else max(math.ceil(pol.sft_steps / pol.sft_evals), 1)
+        )  # without a stop rule the last probe falls on the last step
         sft_cfg = SFTConfig(
-            steps=cfg.policy.sft_steps,
-            batch_size=cfg.policy.sft_batch,
-            lr=cfg.policy.sft_lr,
-            eval_every=max(math.ceil(cfg.policy.sft_steps / cfg.policy.sft_evals), 1),  # the last at the end
+            steps=pol.sft_steps,
+            batch_size=pol.sft_batch,
+            lr=pol.sft_lr,
+            eval_every=every,
             seed=cfg.seed,
+            min_steps=pol.sft_min_steps,
         )
-        self.log(f"warm start: {cfg.policy.sft_steps} SFT steps on {len(examples)} gold trajectories")
+        rule = (
+            f"; stops at probe success >= {pol.sft_stop_success:g} and mixed share >= {pol.sft_stop_mixed:g}"
+            if stop_rule
+            else ""
+        )
+        self.log(
+            f"warm start: up to {pol.sft_steps} SFT steps on {len(examples)} gold trajectories{rule}"
+            if stop_rule
+            else f"warm start: {pol.sft_steps} SFT steps on {len(examples)} gold trajectories"
+        )
         result = train_sft(
             self.policy.model,
             examples,
@@ -337,20 +384,66 @@ class Trainer:
             pad_id=int(self.policy.tokenizer.pad_token_id or 0),
             evaluate=evaluate,
             log=self.log,
+            stop=stop if stop_rule else None,
         )
         final = result.history[-1] if result.history else {}
         sft_dir.mkdir(parents=True, exist_ok=True)
         (sft_dir / "sft.json").write_text(json.dumps(result.to_dict(), indent=2))
         self.log(
-            f"warm start done in {result.seconds:.0f}s: success {final.get('mean_success', float('nan')):.3f}, "
-            f"mixed share {final.get('mixed_share', float('nan')):.3f}"
+            f"warm start done in {result.seconds:.0f}s after {result.steps} steps: success "
+            f"{final.get('mean_success', float('nan')):.3f}, mixed share {final.get('mixed_share', float('nan')):.3f}"
         )
-        if cfg.policy.require_jump and final.get("mean_success", 0.0) <= 0.0:
+        if pol.require_jump and stop_rule and not result.stopped:
+            raise WarmStartError(
+                f"the SFT warm start reached its cap of {pol.sft_steps} steps at probe success "
+                f"{final.get('mean_success', 0.0):.3f} / mixed share {final.get('mixed_share', 0.0):.3f}, short of "
+                f"the stop rule ({pol.sft_stop_success:g} / {pol.sft_stop_mixed:g}); raise policy.sft_steps, or "
+                "set policy.require_jump=false"
+            )
+        if pol.require_jump and final.get("mean_success", 0.0) <= 0.0:
             raise WarmStartError(
                 "the SFT warm start ended without a single success on its probe prompts (no copy-learning jump); "
                 "raise policy.sft_steps or set policy.require_jump=false"
             )
         self.policy.save(sft_dir / "policy")
+        if pol.sft_task_kwargs is not None:  # the predictor needs outcomes on the RL pool, not the SFT mix
+            probe = self.tasks[: min(pol.sft_probe_prompts, len(self.tasks))]
+            last["rewards"] = sample(probe)
+            pool = spread_metrics(last["rewards"])
+            self.log(
+                f"RL-pool probe ({len(probe)} training prompts x 8): success {pool['mean_success']:.3f}, "
+                f"mixed share {pool['mixed_share']:.3f}, all solved {pool['all_solved_share']:.3f}, "
+                f"all failed {pool['all_failed_share']:.3f}"
+            )
+        if "rewards" in last:
+            save_probe_outcomes(sft_dir / "policy", probe, last["rewards"], step=result.steps)
+
+    def _warm_predictor(self, path: Path) -> None:
+        """Train the predictor on the warm start's probe outcomes (training prompts only; never held-out ones)."""
+        from trace_rl.predictor import NodeExample, serialize_anchor
+
+        data = json.loads(path.read_text())
+        max_chars = int(getattr(self.predictor, "max_chars", 2048))
+        examples = [
+            NodeExample(
+                serialize_anchor(prompt, [], max_chars=max_chars), float(np.mean(r)), 0, float(len(r))
+            )
+            for prompt, r in zip(data["prompts"], data["rewards"], strict=True)
+        ]
+        metrics = self.online.observe_step(examples)
+        self.predictor_warm_record = {
+            "kind": "predictor_warm_start",
+            "step": 0,
+            "source": str(path),
+            "examples": len(examples),
+            "samples_per_prompt": int(np.mean([len(r) for r in data["rewards"]])) if examples else 0,
+            "policy_sft_step": data.get("step"),
+            **{k.replace("/", "_"): v for k, v in metrics.items() if isinstance(v, int | float)},
+        }
+        self.log(
+            f"predictor warm start: {len(examples)} training prompts x "
+            f"{self.predictor_warm_record['samples_per_prompt']} samples from {path}"
+        )
 
     def prepare_policy_only(self) -> Path:
         """Load the training tasks and the policy and run the warm start into out/sft/policy (for compare)."""
@@ -479,6 +572,8 @@ class Trainer:
         writer = _tensorboard(self.out / "tb", purge_step=self.start_step)
         records: list[dict[str, Any]] = []
         bar = _progress(self.start_step, cfg.steps, progress)
+        if self.start_step == 1 and self.predictor_warm_record is not None:
+            _append_jsonl(metrics_path, self.predictor_warm_record)
         if self.start_step == 1 and self.eval_tasks:
             rec = self.evaluate(0)
             _append_jsonl(metrics_path, rec)
@@ -514,6 +609,20 @@ class Trainer:
         if writer is not None:
             writer.close()
         return records
+
+
+PROBE_FILE = "probe_outcomes.json"
+
+
+def save_probe_outcomes(folder: Path, tasks: Sequence[Any], rewards: Any, *, step: int) -> None:
+    """Write the warm start's last probe (task ids, prompts, rewards (P, S)) next to the policy it measured."""
+    data = {
+        "step": step,
+        "task_ids": [t.id for t in tasks],
+        "prompts": [t.prompt for t in tasks],
+        "rewards": np.asarray(rewards, dtype=np.float64).tolist(),
+    }
+    (folder / PROBE_FILE).write_text(json.dumps(data))
 
 
 def policy_device(cfg: TrainConfig) -> str:

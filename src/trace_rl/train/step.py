@@ -31,7 +31,8 @@ from trace_rl.allocation import (
     token_aware_costs,
 )
 from trace_rl.metrics import effective_ratio, replay_depth_histogram
-from trace_rl.predictor.examples import node_examples
+from trace_rl.predictor import posterior_mean
+from trace_rl.predictor.examples import leaf_counts, node_examples
 from trace_rl.predictor.serialize import serialize_anchor
 from trace_rl.rollout.scheduler import PromptResult, run_plan
 from trace_rl.tree import RolloutTree
@@ -111,20 +112,52 @@ def prefix_callback(
             serialize_anchor(task.prompt, _history(tree, a.node), max_chars=parts.max_chars) for a in anchors
         ]
         values = parts.predictor.predict(texts)
-        q = repeat_probability(np.array([a.reward for a in anchors], dtype=np.float64), values)
+        rewards = np.array([a.reward for a in anchors], dtype=np.float64)
+        if method.fresh:
+            values = anchor_values(parts.predictor, texts, values, tree, anchors)
+        q = repeat_probability(rewards, values)
         parts.tick("predictor", time.perf_counter() - t0)
         t1 = time.perf_counter()
-        if parts.accounting == "token":
-            remaining, full = _token_work(tree, anchors)
-            cost = token_aware_costs(remaining, full, units_per_rollout=UNITS_PER_ROLLOUT)
-            k = method.prefixes(q, budget, prompt_rngs[task.id], cost)
-            spent_units.append(int((cost * k).sum()))
-        else:
-            k = method.prefixes(q, budget, prompt_rngs[task.id], None)
+        cost: np.ndarray | None = None
+        if parts.accounting == "token" or method.fresh:
+            cost = np.full(len(anchors), max(round(shape.replay_cost * UNITS_PER_ROLLOUT), 1), np.int64)
+            if parts.accounting == "token":
+                remaining, full = _token_work(tree, anchors)
+                cost = token_aware_costs(remaining, full, units_per_rollout=UNITS_PER_ROLLOUT)
+            is_prompt = np.array([a.node == 0 for a in anchors])
+            cost[is_prompt] = UNITS_PER_ROLLOUT  # a fresh rollout costs one rollout-equivalent
+        k = method.prefixes(q, budget, prompt_rngs[task.id], cost)
+        if parts.accounting == "token" and cost is not None:
+            replay = np.array([a.node != 0 for a in anchors])
+            spent_units.append(int((cost * k)[replay].sum()))  # fresh rollouts are counted as roots
         parts.tick("allocation", time.perf_counter() - t1)
         return k
 
     return allocate
+
+
+def anchor_values(
+    predictor: Any, texts: Sequence[str], values: np.ndarray, tree: RolloutTree, anchors: Sequence[Anchor]
+) -> np.ndarray:
+    """Success estimates of a prompt's anchors given what its root rollouts already showed (``trace_fresh``).
+
+    Each anchor's estimate V is a prior that the rollouts observed below it update (Beta posterior,
+    `trace_rl.predictor.posterior_mean`): the prompt (depth 0) has seen its m root rollouts, a turn prefix the
+    one rollout through it. Without this, a predictor that cannot tell a decided prefix from an undecided one
+    (V about the prompt's rate) would promise flips that the rollout's own outcome already rules out. The prior
+    strength is the predictor's fitted ``prior_strength`` where it has one, else 4 pseudo-trials.
+    """
+    target = tree.value_targets()
+    leaves = _leaf_counts(tree)
+    trials = np.array([leaves[a.node] for a in anchors], dtype=np.float64)
+    successes = np.array([target[a.node] for a in anchors], dtype=np.float64) * trials
+    strength_of = getattr(predictor, "prior_strength", None)
+    strength = strength_of(texts) if callable(strength_of) else np.full(len(anchors), 4.0)
+    return posterior_mean(values, successes, trials, strength)
+
+
+def _leaf_counts(tree: RolloutTree) -> np.ndarray:
+    return leaf_counts(np.asarray(tree.parent, np.int64), np.asarray(tree.depth, np.int64))
 
 
 def _tool_seconds(factory: Any) -> float:
@@ -184,7 +217,7 @@ def training_step(
     # 2. allocate root rollouts
     t0 = time.perf_counter()
     plan: RootPlan = used.roots(v, shape, rng)
-    if parts.accounting == "token":  # local budgets in integer cost units instead of replays
+    if parts.accounting == "token" or used.fresh:  # local budgets in integer cost units instead of replays
         units = np.round(plan.replay_budget * shape.replay_cost * UNITS_PER_ROLLOUT)
         plan = dataclasses.replace(plan, replay_budget=units)
     parts.tick("allocation", time.perf_counter() - t0)
@@ -212,6 +245,7 @@ def training_step(
             replay_cost=shape.replay_cost,
             seed=int(rng.integers(2**31)),
             tree_factory=lambda ids, meta: RolloutTree.new(prompt_ids=ids, meta=meta),
+            fresh_anchor=used.fresh,
         )
     )
     inside = parts.timers.get("predictor", 0.0) + parts.timers.get("allocation", 0.0) - inside0
@@ -223,7 +257,12 @@ def training_step(
 
     # 4. refresh the predictor on the bottom-up targets
     t0 = time.perf_counter()
-    examples = [ex for r in results for ex in node_examples(r.tree, r.task.prompt, max_chars=parts.max_chars)]
+    weighting = getattr(parts.predictor, "example_weighting", "uniform")
+    examples = [
+        ex
+        for r in results
+        for ex in node_examples(r.tree, r.task.prompt, max_chars=parts.max_chars, weighting=weighting)
+    ]
     pred_metrics = parts.online.observe_step(examples) if examples else {}
     parts.tick("predictor", time.perf_counter() - t0)
 
@@ -258,6 +297,8 @@ def training_step(
         "active_prompts": plan.num_active,
         "root_rollouts": len(roots),
         "replays": len(replays),
+        "fresh_rollouts": sum(r.fresh for r in results),
+        "replay_flip_rate": _flip_rate(results),
         "replay_depths": [int(x) for x in hist],
         "rollouts_per_active_prompt": (len(roots) + len(replays)) / max(plan.num_active, 1),
         "tokens_generated": int(sum(r.sampled_tokens for r in results)),
@@ -278,6 +319,18 @@ def training_step(
     if depths:
         record["replay_depth_histogram"] = replay_depth_histogram(trees).tolist() if trees else []
     return record, results
+
+
+def _flip_rate(results: Sequence[PromptResult]) -> float:
+    """Share of replays whose terminal reward differs from that of the rollout their anchor lies on (NaN: none)."""
+    flips: list[bool] = []
+    for r in results:
+        tree = r.tree
+        leaf = tree.chain_leaf()
+        reward = tree.reward
+        for node, ep in r.replays:
+            flips.append(bool(abs(float(ep.reward) - float(reward[int(leaf[int(node)])])) > 1e-6))
+    return float(np.mean(flips)) if flips else float("nan")
 
 
 def _tool_calls(info: dict[str, Any]) -> int:
