@@ -7,7 +7,13 @@ from pathlib import Path
 
 import numpy as np
 
-TIME_SPLIT = {"generation": 0.4, "tools": 0.2, "predictor": 0.1, "allocation": 0.05, "update": 0.2}  # other: 0.05
+TIME_SPLIT = {
+    "generation": 0.4,
+    "tools": 0.2,
+    "predictor": 0.1,
+    "allocation": 0.05,
+    "update": 0.2,
+}  # other: 0.05
 
 
 def train_record(step: int, method: str, effective_ratio: float, success_rate: float) -> dict:
@@ -72,7 +78,15 @@ def write_run(folder: Path, method: str = "trace", steps: int = 20, offset: floa
 def _summary(records: list[dict]) -> dict:
     train = [r for r in records if r.get("kind", "train") == "train"]
     evals = [r for r in records if r.get("kind") == "eval"]
-    keys = ("effective_ratio", "success_rate", "budget_spent", "skip_rate", "active_prompts", "replays", "wall_s")
+    keys = (
+        "effective_ratio",
+        "success_rate",
+        "budget_spent",
+        "skip_rate",
+        "active_prompts",
+        "replays",
+        "wall_s",
+    )
     out = {k: float(np.mean([r[k] for r in train])) for k in keys}
     out["eval_accuracy"] = evals[-1]["eval_accuracy"]
     out["eval_accuracy_first"] = evals[0]["eval_accuracy"]
@@ -84,7 +98,8 @@ def write_compare(folder: Path, offsets: dict[str, list[float]]) -> dict:
     methods = {}
     for method, seed_offsets in offsets.items():
         runs = [
-            _summary(write_run(folder / method / f"seed_{k}", method, 20, off)) for k, off in enumerate(seed_offsets)
+            _summary(write_run(folder / method / f"seed_{k}", method, 20, off))
+            for k, off in enumerate(seed_offsets)
         ]
         row: dict = {"seeds": len(runs), "runs": runs}
         for key in runs[0]:

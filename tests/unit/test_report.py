@@ -8,55 +8,56 @@ import re
 import pytest
 
 from tests.report_examples import write_compare, write_run
+from trace_rl.metrics import summary
 from trace_rl.metrics.report import write_report
-from trace_rl.metrics.summary import (
-    fmt_mean,
-    fmt_number,
-    fmt_points,
-    fmt_seconds,
-    fmt_share,
-    format_field,
-    run_headline,
-    t_interval,
-    time_shares,
-)
 
 
 def test_formatting_has_units_and_sensible_precision() -> None:
-    assert fmt_number(0.47159032700000125) == "0.4716"
-    assert fmt_number(12345.0) == "12,345" and fmt_number(64.0) == "64" and fmt_number(1.23e-5) == "1.2e-05"
-    assert fmt_mean(2.9166) == "2.9" and fmt_mean(8.0) == "8"
-    assert fmt_share(0.4871) == "48.7 %" and fmt_points(0.031) == "+3.1 pts" and fmt_points(-0.2) == "-20.0 pts"
-    assert [fmt_seconds(x) for x in (0.0123, 4.381, 12.34, 131, 5400)] == [
+    assert summary.fmt_number(0.47159032700000125) == "0.4716"
+    assert (
+        summary.fmt_number(12345.0) == "12,345"
+        and summary.fmt_number(64.0) == "64"
+        and summary.fmt_number(1.23e-5) == "1.2e-05"
+    )
+    assert summary.fmt_mean(2.9166) == "2.9" and summary.fmt_mean(8.0) == "8"
+    assert (
+        summary.fmt_share(0.4871) == "48.7 %"
+        and summary.fmt_points(0.031) == "+3.1 pts"
+        and summary.fmt_points(-0.2) == "-20.0 pts"
+    )
+    assert [summary.fmt_seconds(x) for x in (0.0123, 4.381, 12.34, 131, 5400)] == [
         "12 ms",
         "4.38 s",
         "12.3 s",
         "2 min 11 s",
         "1 h 30 min",
     ]
-    assert format_field("wall_s", 0.5741) == "574 ms" and format_field("replay_depths", [0, 16]) == "[0, 16]"
-    assert format_field("predictor_spearman", None) == "–" and fmt_share(math.nan) == "–"
+    assert (
+        summary.format_field("wall_s", 0.5741) == "574 ms"
+        and summary.format_field("replay_depths", [0, 16]) == "[0, 16]"
+    )
+    assert summary.format_field("predictor_spearman", None) == "–" and summary.fmt_share(math.nan) == "–"
 
 
 def test_t_interval_by_hand() -> None:
-    mu, half = t_interval([1.0, 2.0, 3.0])  # s = 1, t(0.975, 2) = 4.303
+    mu, half = summary.t_interval([1.0, 2.0, 3.0])  # s = 1, t(0.975, 2) = 4.303
     assert mu == 2.0 and half == pytest.approx(4.303 / math.sqrt(3))
-    assert t_interval([0.5])[0] == 0.5 and math.isnan(t_interval([0.5])[1])
-    assert math.isnan(t_interval([])[0])
+    assert summary.t_interval([0.5])[0] == 0.5 and math.isnan(summary.t_interval([0.5])[1])
+    assert math.isnan(summary.t_interval([])[0])
 
 
 def test_time_shares_sum_to_one_with_other() -> None:
     recs = [{"wall_s": 10.0, "time_generation_s": 4.0, "time_tools_s": 2.0, "time_update_s": 3.0}]
-    shares = time_shares(recs)
+    shares = summary.time_shares(recs)
     assert shares == pytest.approx(
         {"generation": 0.4, "tools": 0.2, "predictor": 0.0, "allocation": 0.0, "update": 0.3, "other": 0.1}
     )
-    assert time_shares([]) == {}
+    assert summary.time_shares([]) == {}
 
 
 def test_run_headline_numbers(tmp_path) -> None:
     records = write_run(tmp_path / "run")
-    cards = {h.label: h for h in run_headline(records)}
+    cards = {h.label: h for h in summary.run_headline(records)}
     assert cards["Effective ratio"].value == "49.5 %"  # mean of 0.40 .. 0.59
     assert "first step 40.0 %, last 59.0 %" in cards["Effective ratio"].detail
     assert cards["Held-out pass@1"].value == "43.0 % → 46.0 %"
@@ -65,7 +66,9 @@ def test_run_headline_numbers(tmp_path) -> None:
     )
     assert cards["Budget per step"].value == "64 of 64 rollout-eq."
     assert cards["Budget per step"].detail == "mean 32 roots, 64 replays, 8 active prompts"
-    assert cards["Step wall-clock"].value == "5.05 s" and "total 1 min 41 s" in cards["Step wall-clock"].detail
+    assert (
+        cards["Step wall-clock"].value == "5.05 s" and "total 1 min 41 s" in cards["Step wall-clock"].detail
+    )
     assert cards["Predictor MSE (last step)"].value == "0.18"
 
 
@@ -107,5 +110,5 @@ def test_compare_report_puts_methods_side_by_side_with_intervals(tmp_path) -> No
 
 
 def test_report_errors_stay_plain(tmp_path) -> None:
-    with pytest.raises(ValueError, match="neither metrics.jsonl nor comparison.json"):
+    with pytest.raises(ValueError, match=r"neither metrics\.jsonl nor comparison\.json"):
         write_report(tmp_path)

@@ -7,7 +7,7 @@
  *
  * Line for line the same algorithm and the same floating-point operations as the Python solver (powers by
  * binary exponentiation, sums left to right, the same tie rules), so the result is equal, not just equally
- * good: tests/integration/test_explore_solver.py checks it against the Python solver on random instances
+ * good: tests/integration/test_explore.py checks it against the Python solver on random instances
  * (in node), and tests/browser/ in Chromium. Keep the two in step when either changes.
  *
  * Loaded as a CommonJS module (node) or as a plain script (browser: window.TraceAllocation).
