@@ -164,9 +164,9 @@ def _time_plot(path: Path, runs: Runs) -> bool:
         return False
     fig, ax = plt.subplots(figsize=(6.4, 0.6 + 0.5 * len(labels) + 1.5))
     left = np.zeros(len(labels))
-    for name in (*TIME_PARTS, "other"):
+    for name, colour in zip(TIME_NAMES, TIME_COLOURS, strict=True):
         vals = np.array([s[name] for s in shares])
-        ax.barh(labels, vals, left=left, label=name)
+        ax.barh(labels, vals, left=left, label=name, color=colour)
         left += vals
     ax.set_xlabel("share of wall-clock")
     ax.set_title("Wall-clock breakdown per step", fontsize=10)
@@ -312,6 +312,7 @@ h1 { font-size: 22px; margin: 0 0 2px; } h2 { font-size: 17px; margin: 22px 0 8p
 .timebar div { height: 100%; }
 .legend { display: flex; flex-wrap: wrap; gap: 4px 16px; color: var(--muted); font-size: 12.5px;
   font-variant-numeric: tabular-nums; }
+i.key { display: inline-block; width: 9px; height: 9px; border-radius: 2px; margin-right: 4px; }
 .legend i { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 5px; }
 .grid { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 14px; }
 figure { margin: 0; border: 1px solid var(--line); border-radius: 8px; padding: 8px; background: #fff; }
@@ -327,7 +328,8 @@ td.best { font-weight: 700; }
 details { margin-top: 22px; } summary { cursor: pointer; font-weight: 600; }
 details table { margin-top: 8px; font-size: 12.5px; }
 """
-TIME_COLOURS = ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#bab0ac")  # parts, then "other"
+TIME_NAMES = (*TIME_PARTS, "other")
+TIME_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")  # as in wall_clock.png
 
 
 def _e(text: object) -> str:
@@ -343,19 +345,40 @@ def _cards(items: Sequence[Headline]) -> str:
     return "<div class='cards'>" + "".join(tiles) + "</div>"
 
 
-def _time_bar(label: str, shares: Mapping[str, float]) -> str:
-    names = (*TIME_PARTS, "other")
-    segs = "".join(
+def _segments(shares: Mapping[str, float]) -> str:
+    return "".join(
         f"<div style='width:{100 * shares[n]:.2f}%;background:{c}' title='{n} {fmt_share(shares[n])}'></div>"
-        for n, c in zip(names, TIME_COLOURS, strict=True)
+        for n, c in zip(TIME_NAMES, TIME_COLOURS, strict=True)
     )
+
+
+def _time_bar(label: str, shares: Mapping[str, float]) -> str:
+    """One run: a stacked bar of the wall-clock shares with a legend that gives each share."""
     legend = "".join(
         f"<span><i style='background:{c}'></i>{n} {fmt_share(shares[n])}</span>"
-        for n, c in zip(names, TIME_COLOURS, strict=True)
+        for n, c in zip(TIME_NAMES, TIME_COLOURS, strict=True)
     )
     return (
         f"<div data-role='time-shares'><div class='sub' style='margin:8px 0 0'>{_e(label)}</div>"
-        f"<div class='timebar'>{segs}</div><div class='legend'>{legend}</div></div>"
+        f"<div class='timebar'>{_segments(shares)}</div><div class='legend'>{legend}</div></div>"
+    )
+
+
+def _time_table(shares: Mapping[str, Mapping[str, float]]) -> str:
+    """Several methods: one row each, the shares as numbers and as a stacked bar."""
+    head = "".join(
+        f"<th><i class='key' style='background:{c}'></i>{n}</th>"
+        for n, c in zip(TIME_NAMES, TIME_COLOURS, strict=True)
+    )
+    rows = "".join(
+        f"<tr><td>{_e(label)}</td>"
+        + "".join(f"<td>{fmt_share(share[n])}</td>" for n in TIME_NAMES)
+        + f"<td style='width:40%'><div class='timebar' style='margin:0'>{_segments(share)}</div></td></tr>"
+        for label, share in shares.items()
+    )
+    return (
+        "<h2>Where the wall-clock went (share of the summed step time, all seeds)</h2>"
+        f"<table data-role='time-shares'><tr><th>method</th>{head}<th></th></tr>{rows}</table>"
     )
 
 
@@ -521,11 +544,9 @@ def write_report(folder: str | Path) -> Path:
             f"{seeds} seeds each"
         )
         summary = "<h2>Methods at equal budget</h2>" + _compare_table(comparison)
-        summary += "".join(
-            _time_bar(f"wall-clock of {label} (all seeds)", share)
-            for label, recs in _pooled(runs).items()
-            if (share := time_shares(train_records(recs)))
-        )
+        shares = {label: time_shares(train_records(recs)) for label, recs in _pooled(runs).items()}
+        if any(shares.values()):
+            summary += _time_table({label: share for label, share in shares.items() if share})
         details = ""
     else:
         recs = next(iter(runs.values()))[0]
