@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from trace_rl.train.run import summarize  # what compare stores per seed
+
 TIME_SPLIT = {
     "generation": 0.4,
     "tools": 0.2,
@@ -75,30 +77,13 @@ def write_run(folder: Path, method: str = "trace", steps: int = 20, offset: floa
     return records
 
 
-def _summary(records: list[dict]) -> dict:
-    train = [r for r in records if r.get("kind", "train") == "train"]
-    evals = [r for r in records if r.get("kind") == "eval"]
-    keys = (
-        "effective_ratio",
-        "success_rate",
-        "budget_spent",
-        "skip_rate",
-        "active_prompts",
-        "replays",
-        "wall_s",
-    )
-    out = {k: float(np.mean([r[k] for r in train])) for k in keys}
-    out["eval_accuracy"] = evals[-1]["eval_accuracy"]
-    out["eval_accuracy_first"] = evals[0]["eval_accuracy"]
-    return out
-
-
 def write_compare(folder: Path, offsets: dict[str, list[float]]) -> dict:
-    """A compare folder: per method, one run per seed shifted by that seed's offset; comparison.json."""
+    """A compare folder: per method, one run per seed shifted by that seed's offset; comparison.json as
+    `trace-rl compare` writes it (per seed the run's `summarize`, per method their mean and sample std)."""
     methods = {}
     for method, seed_offsets in offsets.items():
         runs = [
-            _summary(write_run(folder / method / f"seed_{k}", method, 20, off))
+            summarize(write_run(folder / method / f"seed_{k}", method, 20, off))
             for k, off in enumerate(seed_offsets)
         ]
         row: dict = {"seeds": len(runs), "runs": runs}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -112,3 +113,24 @@ def test_compare_report_puts_methods_side_by_side_with_intervals(tmp_path) -> No
 def test_report_errors_stay_plain(tmp_path) -> None:
     with pytest.raises(ValueError, match=r"neither metrics\.jsonl nor comparison\.json"):
         write_report(tmp_path)
+
+
+def test_warm_start_card_and_plot_come_first(tmp_path) -> None:
+    folder = tmp_path / "run"
+    write_run(folder)
+    (folder / "sft").mkdir()
+    sft = {
+        "loss_curve": [[10, 3.2], [600, 0.9], [1200, 0.42]],
+        "history": [
+            {"step": 0, "mean_success": 0.0, "mixed_share": 0.0},
+            {"step": 1200, "mean_success": 0.5},
+        ],
+    }
+    (folder / "sft" / "sft.json").write_text(json.dumps(sft))
+    page = write_report(folder).read_text()
+    summary = _summary_text(page)
+    assert (
+        "1,200 SFT steps" in summary and "loss 3.2 → 0.42 nats/token; probe success 0.0 % → 50.0 %" in summary
+    )
+    files = re.findall(r"data-file='report/([\w.]+)'", page)
+    assert files[0] == "warm_start.png" and {"effective_ratio.png", "wall_clock.png"} <= set(files)
