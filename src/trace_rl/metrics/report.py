@@ -1,25 +1,49 @@
-"""HTML report of a run folder or a compare folder: PNG plots read from metrics.jsonl only.
+"""HTML dashboard of a run folder or a compare folder, read from the logs only.
 
-    write_report(DIR) -> DIR/report.html
+    write_report(DIR) -> DIR/report.html   (and the plots as PNG files under DIR/report/)
 
-A run folder holds metrics.jsonl; a compare folder holds comparison.json and one run folder per
-method and seed (DIR/<method>/seed_<k>/metrics.jsonl), plotted side by side.
+A run folder holds metrics.jsonl (and config.json, sft/sft.json); a compare folder holds comparison.json and one
+run folder per method and seed (DIR/<method>/seed_<k>/metrics.jsonl). The page opens with a summary panel (the
+headline numbers with units: trace_rl.metrics.summary), then a grid of plots; for a compare folder, a table of
+the methods side by side with 95 % intervals over seeds, an interval plot, and curves as the mean over seeds
+with their min-max band. It is self-contained: the plots are embedded as data URIs, nothing is fetched.
 """
 
 from __future__ import annotations
 
+import base64
 import html
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-TIME_KEYS = ("time_generation_s", "time_tools_s", "time_predictor_s", "time_allocation_s", "time_update_s")
+from trace_rl.metrics.summary import (
+    TIME_KEYS,
+    TIME_PARTS,
+    Headline,
+    eval_decoding,
+    fmt_number,
+    fmt_points,
+    fmt_seconds,
+    fmt_share,
+    format_field,
+    run_headline,
+    run_title,
+    t_interval,
+    time_shares,
+    train_records,
+)
+
+__all__ = ["TIME_KEYS", "write_report"]
+
+Records = list[dict[str, Any]]
+Runs = dict[str, list[Records]]  # label -> one record list per seed
 
 
-def _records(path: Path) -> list[dict[str, Any]]:
+def _records(path: Path) -> Records:
     out = []
     if path.exists():
         for line in path.read_text().splitlines():
@@ -37,12 +61,32 @@ def _series(
     return np.array([r["step"] for r in rows], dtype=float), np.array([float(r[key]) for r in rows])
 
 
+def _over_seeds(
+    seeds: Sequence[Records], key: str, kind: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Steps, and per step the mean, min and max of ``key`` over the seeds that logged it."""
+    by_step: dict[float, list[float]] = {}
+    for recs in seeds:
+        x, y = _series(recs, key, kind)
+        for step, value in zip(x.tolist(), y.tolist(), strict=True):
+            by_step.setdefault(step, []).append(value)
+    steps = np.array(sorted(by_step))
+    vals = [np.asarray(by_step[s]) for s in steps.tolist()]
+    return (
+        steps,
+        np.array([v.mean() for v in vals]),
+        np.array([v.min() for v in vals]),
+        np.array([v.max() for v in vals]),
+    )
+
+
 def _plt() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    plt.rcParams["axes.formatter.useoffset"] = False  # plain tick labels, never "1e-7 + 4.206e-2"
     return plt
 
 
@@ -55,18 +99,21 @@ def _finish(plt: Any, fig: Any, path: Path, drawn: bool) -> bool:
     return drawn
 
 
-def _line_plot(
-    path: Path, title: str, runs: dict[str, list[dict[str, Any]]], key: str, kind: str = "train"
-) -> bool:
+def _line_plot(path: Path, title: str, runs: Runs, key: str, kind: str = "train") -> bool:
+    """One curve per method: the mean over seeds, with the min-max band when there are several seeds."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     drawn = False
-    for label, recs in runs.items():
-        x, y = _series(recs, key, kind)
+    for label, seeds in runs.items():
+        x, y, lo, hi = _over_seeds(seeds, key, kind)
         if x.size:
-            ax.plot(x, y, marker="o", ms=3, label=label)
+            n = sum(1 for recs in seeds if _series(recs, key, kind)[0].size)
+            name = f"{label} (mean of {n} seeds, band min-max)" if n > 1 else label
+            (line,) = ax.plot(x, y, marker="o", ms=3, label=name)
+            if n > 1:
+                ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.18, linewidth=0)
             drawn = True
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10)
     ax.set_xlabel("step")
     ax.set_ylabel(key)
     ax.grid(alpha=0.3)
@@ -75,17 +122,19 @@ def _line_plot(
     return _finish(plt, fig, path, drawn)
 
 
-def _depth_plot(path: Path, runs: dict[str, list[dict[str, Any]]]) -> bool:
+def _pooled(runs: Runs) -> dict[str, Records]:
+    """Every seed's records of a method in one list (for histograms and sums over steps)."""
+    return {label: [r for recs in seeds for r in recs] for label, seeds in runs.items()}
+
+
+def _depth_plot(path: Path, runs: Runs) -> bool:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    width = 0.8 / max(len(runs), 1)
+    pooled = _pooled(runs)
+    width = 0.8 / max(len(pooled), 1)
     drawn = False
-    for j, (label, recs) in enumerate(runs.items()):
-        hists = [
-            np.asarray(r.get("replay_depths") or [], dtype=float)
-            for r in recs
-            if r.get("kind", "train") == "train"
-        ]
+    for j, (label, recs) in enumerate(pooled.items()):
+        hists = [np.asarray(r.get("replay_depths") or [], dtype=float) for r in train_records(recs)]
         hists = [h for h in hists if h.size]
         if not hists:
             continue
@@ -95,7 +144,7 @@ def _depth_plot(path: Path, runs: dict[str, list[dict[str, Any]]]) -> bool:
             continue
         ax.bar(np.arange(size) + j * width, total / total.sum(), width=width, label=label)
         drawn = True
-    ax.set_title("Replay depth (turns in the prefix), share of replays")
+    ax.set_title("Replay depth (turns in the prefix), share of replays", fontsize=10)
     ax.set_xlabel("prefix depth")
     ax.set_ylabel("share")
     if drawn:
@@ -103,40 +152,36 @@ def _depth_plot(path: Path, runs: dict[str, list[dict[str, Any]]]) -> bool:
     return _finish(plt, fig, path, drawn)
 
 
-def _time_plot(path: Path, runs: dict[str, list[dict[str, Any]]]) -> bool:
+def _time_plot(path: Path, runs: Runs) -> bool:
     plt = _plt()
     labels, shares = [], []
-    for label, recs in runs.items():
-        train = [r for r in recs if r.get("kind", "train") == "train"]
-        if not train:
-            continue
-        parts = np.array([sum(float(r.get(k, 0.0)) for r in train) for k in TIME_KEYS])  # exclusive times
-        wall = sum(float(r.get("wall_s", 0.0)) for r in train)
-        labels.append(label)
-        shares.append(np.append(parts, max(wall - parts.sum(), 0.0)) / max(wall, 1e-9))
+    for label, recs in _pooled(runs).items():
+        share = time_shares(train_records(recs))
+        if share:
+            labels.append(label)
+            shares.append(share)
     if not labels:
         return False
     fig, ax = plt.subplots(figsize=(6.4, 0.6 + 0.5 * len(labels) + 1.5))
-    names = ["generation", "tools", "predictor", "allocation", "update", "other"]
     left = np.zeros(len(labels))
-    for i, name in enumerate(names):
-        vals = np.array([s[i] for s in shares])
-        ax.barh(labels, vals, left=left, label=name)
+    for name, colour in zip(TIME_NAMES, TIME_COLOURS, strict=True):
+        vals = np.array([s[name] for s in shares])
+        ax.barh(labels, vals, left=left, label=name, color=colour)
         left += vals
     ax.set_xlabel("share of wall-clock")
-    ax.set_title("Wall-clock breakdown per step")
+    ax.set_title("Wall-clock breakdown per step", fontsize=10)
     ax.legend(fontsize=7, ncol=3, loc="lower right")
     return _finish(plt, fig, path, True)
 
 
-def _calibration_plot(path: Path, runs: dict[str, list[dict[str, Any]]]) -> bool:
+def _calibration_plot(path: Path, runs: Runs) -> bool:
     """Predictor error by depth (last logged step with depth metrics) and calibration error over steps."""
     plt = _plt()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.6, 3.6))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(6.4, 3.6))
     drawn = False
-    for label, recs in runs.items():
-        train = [r for r in recs if r.get("kind", "train") == "train"]
-        depth_rows = [r for r in train if any(k.startswith("predictor_mse_depth_") for k in r)]
+    for label, seeds in runs.items():
+        recs = seeds[0] if seeds else []
+        depth_rows = [r for r in train_records(recs) if any(k.startswith("predictor_mse_depth_") for k in r)]
         if depth_rows:
             last = depth_rows[-1]
             depths = sorted(int(k.rsplit("_", 1)[1]) for k in last if k.startswith("predictor_mse_depth_"))
@@ -146,9 +191,9 @@ def _calibration_plot(path: Path, runs: dict[str, list[dict[str, Any]]]) -> bool
         if x.size:
             ax2.plot(x, y, marker="o", ms=3, label=label)
             drawn = True
-    ax1.set_title("Predictor MSE by prefix depth (last step)")
+    ax1.set_title("Predictor MSE by depth (last step)", fontsize=9)
     ax1.set_xlabel("depth (0 = prompt)")
-    ax2.set_title("Predictor expected calibration error")
+    ax2.set_title("Predictor calibration error (ECE)", fontsize=9)
     ax2.set_xlabel("step")
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
@@ -157,16 +202,63 @@ def _calibration_plot(path: Path, runs: dict[str, list[dict[str, Any]]]) -> bool
     return _finish(plt, fig, path, drawn)
 
 
-def _runs_of(folder: Path) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any] | None]:
+# The compare table and interval plot: (key in comparison.json's per-seed summaries, label, is a share).
+COMPARE_METRICS = (
+    ("effective_ratio", "Effective ratio", True),
+    ("success_rate", "Success rate", True),
+    ("eval_accuracy", "Held-out pass@1 (last)", True),
+    ("skip_rate", "Skip rate", True),
+    ("budget_spent", "Budget spent / step", False),
+    ("wall_s", "Wall-clock / step", False),
+)
+
+
+def _seed_values(row: Mapping[str, Any], key: str) -> list[float]:
+    """Per-seed values of a metric in a comparison.json row (its 'runs'); the mean alone if they are absent."""
+    runs = row.get("runs")
+    if isinstance(runs, list) and runs:
+        return [float(r[key]) for r in runs if isinstance(r, dict) and isinstance(r.get(key), int | float)]
+    return [float(row[key])] if isinstance(row.get(key), int | float) else []
+
+
+def _interval_plot(path: Path, comparison: Mapping[str, Any]) -> bool:
+    """Per metric, the methods side by side: each seed's value, the mean and its 95 % t-interval."""
+    methods = list(comparison["methods"])
+    panels = [(k, label) for k, label, _ in COMPARE_METRICS if k != "budget_spent"]
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(panels), figsize=(12.8, 3.3))
+    drawn = False
+    for ax, (key, label) in zip(axes, panels, strict=True):
+        for i, method in enumerate(methods):
+            vals = _seed_values(comparison["methods"][method], key)
+            if not vals:
+                continue
+            mu, half = t_interval(vals)
+            jitter = np.linspace(-0.12, 0.12, len(vals)) if len(vals) > 1 else np.zeros(1)
+            ax.scatter(i + jitter, vals, s=14, color="0.55", zorder=2)
+            ax.errorbar(
+                [i], [mu], yerr=None if np.isnan(half) else [[half], [half]], fmt="o", color=f"C{i}",
+                capsize=6, ms=7, zorder=3,
+            )  # fmt: skip
+            drawn = True
+        ax.set_xticks(range(len(methods)), methods, rotation=30 if len(methods) > 3 else 0)
+        ax.set_xlim(-0.6, len(methods) - 0.4)
+        ax.set_title(label, fontsize=10)
+        ax.grid(alpha=0.3, axis="y")
+    fig.suptitle("Methods at equal budget: seeds (grey), mean and 95 % t-interval", fontsize=10)
+    return _finish(plt, fig, path, drawn)
+
+
+def _runs_of(folder: Path) -> tuple[Runs, dict[str, Any] | None]:
     comparison = folder / "comparison.json"
     if comparison.exists():
         data = json.loads(comparison.read_text())
         if not isinstance(data, dict) or not isinstance(data.get("methods"), dict):
             raise ValueError(f"{comparison} has no 'methods' table: not written by trace-rl compare")
-        runs: dict[str, list[dict[str, Any]]] = {}
+        runs: Runs = {}
         for method in data.get("methods", {}):
-            seeds = sorted((folder / method).glob("seed_*"))
-            runs[method] = _records(seeds[0] / "metrics.jsonl") if seeds else []  # curves of the first seed
+            seeds = sorted((folder / method).glob("seed_*"), key=lambda p: (len(p.name), p.name))
+            runs[method] = [_records(s / "metrics.jsonl") for s in seeds] or [[]]
         return runs, data
     recs = _records(folder / "metrics.jsonl")
     if not recs:
@@ -174,16 +266,13 @@ def _runs_of(folder: Path) -> tuple[dict[str, list[dict[str, Any]]], dict[str, A
             raise ValueError(f"{folder}/metrics.jsonl holds no readable record")
         raise ValueError(f"{folder} holds neither metrics.jsonl nor comparison.json")
     method = next((r.get("method") for r in recs if r.get("method")), "run")
-    return {str(method): recs}, None
+    return {str(method): [recs]}, None
 
 
-def _eval_title(runs: dict[str, list[dict[str, Any]]]) -> str:
+def _eval_title(runs: Runs) -> str:
     """Held-out pass@1, saying how it was decoded (greedy, or samples per task at a temperature)."""
-    rec = next((r for recs in runs.values() for r in recs if r.get("kind") == "eval"), {})
-    temperature = float(rec.get("eval_temperature", 0.0))
-    if temperature <= 0:
-        return "Held-out pass@1 (greedy)"
-    return f"Held-out pass@1 (mean of {int(rec.get('eval_samples', 1))} samples per task at temperature {temperature:g})"
+    decoding = next((d for seeds in runs.values() for recs in seeds if (d := eval_decoding(recs))), "greedy")
+    return f"Held-out pass@1 ({decoding})"
 
 
 def _warm_start_plot(path: Path, sft: dict[str, Any]) -> bool:
@@ -206,6 +295,195 @@ def _warm_start_plot(path: Path, sft: dict[str, Any]) -> bool:
     return _finish(plt, fig, path, True)
 
 
+# ------------------------------------------------------------------------------------------------------- HTML
+STYLE = """
+:root { --ink: #1f2328; --muted: #59636e; --line: #d1d9e0; --card: #f6f8fa; }
+* { box-sizing: border-box; }
+body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", "Liberation Sans", sans-serif; color: var(--ink); }
+main { max-width: 1240px; margin: 0 auto; padding: 18px 20px 40px; }
+h1 { font-size: 22px; margin: 0 0 2px; } h2 { font-size: 17px; margin: 22px 0 8px; }
+.sub { color: var(--muted); margin: 0 0 12px; }
+.cards { display: grid; grid-template-columns: repeat(4, minmax(0, 1fr)); gap: 10px; }
+.card { background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 10px 12px; }
+.card .label { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .03em; }
+.card .value { font-size: 22px; font-weight: 700; font-variant-numeric: tabular-nums; margin: 2px 0; }
+.card .detail { color: var(--muted); font-size: 12.5px; }
+.timebar { display: flex; height: 22px; border-radius: 5px; overflow: hidden; margin: 6px 0 4px; }
+.timebar div { height: 100%; }
+.legend { display: flex; flex-wrap: wrap; gap: 4px 16px; color: var(--muted); font-size: 12.5px;
+  font-variant-numeric: tabular-nums; }
+i.key { display: inline-block; width: 9px; height: 9px; border-radius: 2px; margin-right: 4px; }
+.legend i { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 5px; }
+.grid { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 14px; }
+figure { margin: 0; border: 1px solid var(--line); border-radius: 8px; padding: 8px; background: #fff; }
+figure.wide { grid-column: 1 / -1; }
+figure img { width: 100%; height: auto; display: block; }
+table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+th, td { padding: 5px 10px; border-bottom: 1px solid var(--line); text-align: right; white-space: nowrap; }
+th { white-space: normal; }
+th:first-child, td:first-child { text-align: left; }
+th { color: var(--muted); font-weight: 600; font-size: 12.5px; }
+td .pm { color: var(--muted); font-size: 12px; }
+td.best { font-weight: 700; }
+details { margin-top: 22px; } summary { cursor: pointer; font-weight: 600; }
+details table { margin-top: 8px; font-size: 12.5px; }
+"""
+TIME_NAMES = (*TIME_PARTS, "other")
+TIME_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")  # as in wall_clock.png
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text))
+
+
+def _cards(items: Sequence[Headline]) -> str:
+    tiles = [
+        f"<div class='card' data-role='headline'><div class='label'>{_e(h.label)}</div>"
+        f"<div class='value'>{_e(h.value)}</div><div class='detail'>{_e(h.detail)}</div></div>"
+        for h in items
+    ]
+    return "<div class='cards'>" + "".join(tiles) + "</div>"
+
+
+def _segments(shares: Mapping[str, float]) -> str:
+    return "".join(
+        f"<div style='width:{100 * shares[n]:.2f}%;background:{c}' title='{n} {fmt_share(shares[n])}'></div>"
+        for n, c in zip(TIME_NAMES, TIME_COLOURS, strict=True)
+    )
+
+
+def _time_bar(label: str, shares: Mapping[str, float]) -> str:
+    """One run: a stacked bar of the wall-clock shares with a legend that gives each share."""
+    legend = "".join(
+        f"<span><i style='background:{c}'></i>{n} {fmt_share(shares[n])}</span>"
+        for n, c in zip(TIME_NAMES, TIME_COLOURS, strict=True)
+    )
+    return (
+        f"<div data-role='time-shares'><div class='sub' style='margin:8px 0 0'>{_e(label)}</div>"
+        f"<div class='timebar'>{_segments(shares)}</div><div class='legend'>{legend}</div></div>"
+    )
+
+
+def _time_table(shares: Mapping[str, Mapping[str, float]]) -> str:
+    """Several methods: one row each, the shares as numbers and as a stacked bar."""
+    head = "".join(
+        f"<th><i class='key' style='background:{c}'></i>{n}</th>"
+        for n, c in zip(TIME_NAMES, TIME_COLOURS, strict=True)
+    )
+    rows = "".join(
+        f"<tr><td>{_e(label)}</td>"
+        + "".join(f"<td>{fmt_share(share[n])}</td>" for n in TIME_NAMES)
+        + f"<td style='width:40%'><div class='timebar' style='margin:0'>{_segments(share)}</div></td></tr>"
+        for label, share in shares.items()
+    )
+    return (
+        "<h2>Where the wall-clock went (share of the summed step time, all seeds)</h2>"
+        f"<table data-role='time-shares'><tr><th>method</th>{head}<th></th></tr>{rows}</table>"
+    )
+
+
+def _image(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def _figures(img: Path, figures: Sequence[tuple[str, str]]) -> str:
+    wide = {"intervals.png", "warm_start.png"}
+    out = []
+    for name, caption in figures:
+        cls = "wide" if name in wide else ""
+        out.append(
+            f"<figure class='{cls}' data-file='report/{_e(name)}'><img src='{_image(img / name)}' "
+            f"alt='{_e(caption)}' title='{_e(caption)}'></figure>"
+        )
+    return "<div class='grid'>" + "".join(out) + "</div>"
+
+
+def _last_step_table(train: Sequence[Mapping[str, Any]]) -> str:
+    if not train:
+        return ""
+    last = train[-1]
+    rows = "".join(
+        f"<tr><td>{_e(k)}</td><td>{_e(format_field(k, v))}</td></tr>"
+        for k, v in last.items()
+        if isinstance(v, int | float | str | list) or v is None
+    )
+    return (
+        f"<details><summary>Last step ({_e(last.get('step', ''))}): every logged field</summary>"
+        f"<table>{rows}</table></details>"
+    )
+
+
+def _cell(values: Sequence[float], share: bool, seconds: bool) -> tuple[str, float]:
+    mu, half = t_interval(values)
+    fmt = fmt_share if share else (fmt_seconds if seconds else fmt_number)
+    text = _e(fmt(mu))
+    if not np.isnan(half):
+        text += f" <span class='pm'>± {_e(fmt_points(half)[1:] if share else fmt(half))}</span>"
+    return text, mu
+
+
+def _compare_table(comparison: Mapping[str, Any]) -> str:
+    methods = comparison["methods"]
+    baseline = "grpo" if "grpo" in methods else next(iter(methods))
+    base_eff = t_interval(_seed_values(methods[baseline], "effective_ratio"))[0]
+    head = "<tr><th>method</th><th>seeds</th>" + "".join(
+        f"<th>{_e(lab)}</th>" for _, lab, _ in COMPARE_METRICS
+    )
+    head += f"<th>effective ratio vs {_e(baseline)}</th><th>held-out first → last</th></tr>"
+    cells: dict[str, list[tuple[str, float]]] = {}
+    for method, row in methods.items():
+        cells[method] = [
+            _cell(_seed_values(row, key), share, key == "wall_s") for key, _, share in COMPARE_METRICS
+        ]
+    best = {}
+    for j, (key, _, _) in enumerate(COMPARE_METRICS):
+        if key in ("effective_ratio", "eval_accuracy", "success_rate"):
+            vals = [cells[m][j][1] for m in methods]
+            if any(not np.isnan(v) for v in vals):
+                best[j] = float(np.nanmax(vals))
+    body = []
+    for method, row in methods.items():
+        tds = "".join(
+            f"<td class='{'best' if j in best and mu == best[j] and len(methods) > 1 else ''}'>{text}</td>"
+            for j, (text, mu) in enumerate(cells[method])
+        )
+        eff = cells[method][0][1]
+        delta = "baseline" if method == baseline else fmt_points(eff - base_eff)
+        first = t_interval(_seed_values(row, "eval_accuracy_first"))[0]
+        last = cells[method][2][1]
+        held = (
+            f"{fmt_share(first)} → {fmt_share(last)} ({fmt_points(last - first)})"
+            if not np.isnan(first)
+            else "–"
+        )
+        seeds = row.get("seeds", len(_seed_values(row, "effective_ratio")))
+        body.append(
+            f"<tr data-method='{_e(method)}'><td>{_e(method)}</td><td>{_e(seeds)}</td>{tds}"
+            f"<td>{_e(delta)}</td><td>{_e(held)}</td></tr>"
+        )
+    note = (
+        "Mean over seeds ± half-width of the 95 % Student-t interval of the mean (per-seed values: each run's "
+        "mean over its steps; held-out pass@1 at the last evaluation). Best of a column in bold."
+    )
+    return f"<table data-role='compare-table'>{head}{''.join(body)}</table><p class='sub'>{_e(note)}</p>"
+
+
+def _sft_of(root: Path) -> dict[str, Any] | None:
+    path = next(
+        (p for p in (root / "sft" / "sft.json", root / "warm_start" / "sft" / "sft.json") if p.exists()), None
+    )
+    return json.loads(path.read_text()) if path is not None else None
+
+
+def _config_of(root: Path) -> dict[str, Any] | None:
+    path = root / "config.json"
+    try:
+        data = json.loads(path.read_text()) if path.exists() else None
+    except json.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def write_report(folder: str | Path) -> Path:
     """Write folder/report.html (and PNGs under folder/report/) from the logs; returns the HTML path.
 
@@ -217,6 +495,8 @@ def write_report(folder: str | Path) -> Path:
     img = root / "report"
     img.mkdir(parents=True, exist_ok=True)
     figures: list[tuple[str, str]] = []
+    if comparison is not None and _interval_plot(img / "intervals.png", comparison):
+        figures.append(("intervals.png", "Methods side by side: per-seed values, mean and 95 % interval"))
     plots = [
         (
             "effective_ratio.png",
@@ -224,6 +504,7 @@ def write_report(folder: str | Path) -> Path:
             "effective_ratio",
             "train",
         ),
+        ("eval_accuracy.png", _eval_title(runs), "eval_accuracy", "eval"),
         ("success_rate.png", "Success rate of root rollouts", "success_rate", "train"),
         ("skip_rate.png", "Skip rate (candidate prompts given no rollouts)", "skip_rate", "train"),
         (
@@ -239,56 +520,54 @@ def write_report(folder: str | Path) -> Path:
             "predictor_mse",
             "train",
         ),
-        ("eval_accuracy.png", _eval_title(runs), "eval_accuracy", "eval"),
     ]
     for name, title, key, kind in plots:
         if _line_plot(img / name, title, runs, key, kind):
             figures.append((name, title))
     if _depth_plot(img / "replay_depths.png", runs):
         figures.append(("replay_depths.png", "Replay depth histogram"))
-    if _calibration_plot(img / "predictor_depth_calibration.png", runs):
-        figures.append(("predictor_depth_calibration.png", "Predictor error by depth and calibration"))
     if _time_plot(img / "wall_clock.png", runs):
         figures.append(("wall_clock.png", "Wall-clock breakdown"))
-    sft = next(
-        (p for p in (root / "sft" / "sft.json", root / "warm_start" / "sft" / "sft.json") if p.exists()), None
-    )
-    if sft is not None and _warm_start_plot(img / "warm_start.png", json.loads(sft.read_text())):
+    if _calibration_plot(img / "predictor_depth_calibration.png", runs):
+        figures.append(("predictor_depth_calibration.png", "Predictor error by depth and calibration"))
+    sft = _sft_of(root)
+    if sft is not None and _warm_start_plot(img / "warm_start.png", sft):
         figures.insert(0, ("warm_start.png", "Warm start (SFT on gold trajectories) before RL"))
 
-    title = f"trace-rl report: {root.name}"
-    parts = [
-        f"<html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head><body>",
-        f"<h1>{html.escape(title)}</h1>",
-    ]
     if comparison is not None:
-        parts.append("<h2>Methods at equal budget</h2><table border='1' cellpadding='4'><tr><th>method</th>")
-        cols = ["effective_ratio", "success_rate", "eval_accuracy", "budget_spent", "skip_rate"]
-        parts.append("".join(f"<th>{c}</th>" for c in cols) + "</tr>")
-        for method, row in comparison["methods"].items():
-            cells = []
-            for c in cols:
-                m, s = row.get(c), row.get(f"{c}_std")
-                cells.append(
-                    f"<td>{m:.3f} ± {s:.3f}</td>"
-                    if isinstance(m, int | float) and isinstance(s, int | float)
-                    else f"<td>{m}</td>"
-                )
-            parts.append(f"<tr><td>{html.escape(method)}</td>{''.join(cells)}</tr>")
-        parts.append("</table>")
+        title = f"trace-rl comparison: {root.name}"
+        budget = comparison.get("budget_total")
+        seeds = max((len(s) for s in runs.values()), default=0)
+        sub = (
+            f"preset {comparison.get('preset', '?')} · {len(runs)} methods at equal budget "
+            f"({fmt_number(budget) if isinstance(budget, int | float) else '?'} rollout-eq. per step) · "
+            f"{seeds} seeds each"
+        )
+        summary = "<h2>Methods at equal budget</h2>" + _compare_table(comparison)
+        shares = {label: time_shares(train_records(recs)) for label, recs in _pooled(runs).items()}
+        if any(shares.values()):
+            summary += _time_table({label: share for label, share in shares.items() if share})
+        details = ""
     else:
-        recs = next(iter(runs.values()))
-        train = [r for r in recs if r.get("kind", "train") == "train"]
-        if train:
-            last = train[-1]
-            parts.append("<h2>Last step</h2><table border='1' cellpadding='4'>")
-            for k, v in last.items():
-                if isinstance(v, int | float | str):
-                    parts.append(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>")
-            parts.append("</table>")
-    for name, caption in figures:
-        parts.append(f"<h3>{html.escape(caption)}</h3><img src='report/{name}'>")
-    parts.append("</body></html>")
+        recs = next(iter(runs.values()))[0]
+        config = _config_of(root)
+        title = f"trace-rl report: {root.name}"
+        sub = run_title(recs, config)
+        summary = "<h2>Summary</h2>" + _cards(run_headline(recs, config, sft))
+        share = time_shares(train_records(recs))
+        if share:
+            summary += _time_bar("share of the step wall-clock (summed over steps)", share)
+        details = _last_step_table(train_records(recs))
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>{_e(title)}</title><style>{STYLE}</style></head><body><main>",
+        f"<h1>{_e(title)}</h1><p class='sub'>{_e(sub)}</p>",
+        f"<section data-role='summary'>{summary}</section>",
+        f"<h2>Plots</h2>{_figures(img, figures)}" if figures else "",
+        details,
+        "</main></body></html>",
+    ]
     out = root / "report.html"
-    out.write_text("\n".join(parts))
+    out.write_text("\n".join(parts), encoding="utf-8")
     return out
