@@ -50,5 +50,12 @@ def run(args: argparse.Namespace) -> int:
             f"success_rate={row.get('success_rate', float('nan')):.3f} "
             f"eval_accuracy={row.get('eval_accuracy', float('nan')):.3f} budget_spent={row.get('budget_spent', float('nan')):.1f}"
         )
+    for pair, rows in result.get("paired", {}).items():
+        er = rows.get("effective_ratio")
+        if er is not None:
+            print(
+                f"{pair:24s} effective_ratio difference {er['mean']:+.3f} "
+                f"[{er['ci_low']:+.3f}, {er['ci_high']:+.3f}] (95% t-interval over {int(er['n'])} paired seeds)"
+            )
     print(f"comparison: {args.out}/comparison.json  report: {write_report(args.out)}")
     return 0

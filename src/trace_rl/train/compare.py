@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from trace_rl.lab.stats import mean_ci
 from trace_rl.train.config import TrainConfig, budget_shape, validate
 from trace_rl.train.run import Trainer, check_same_config, read_metrics, summarize, train
 
@@ -28,6 +29,36 @@ METRICS = (
     "replays",
     "wall_s",
 )
+
+
+PAIRED_METRICS = ("effective_ratio", "success_rate", "eval_accuracy")
+
+
+def paired_differences(
+    per_method: dict[str, dict[str, Any]], methods: Sequence[str], seeds: int, *, baseline: str
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Per method and metric: mean of (method - baseline) over seeds with its 95% Student-t interval.
+
+    Runs with the same seed are paired: they start from the same policy and draw the same candidate pools in
+    the same order (the data cursor is seeded by the run's seed). Metrics are each run's mean over its steps
+    (``eval_accuracy``: its last evaluation). With one seed the interval collapses to the difference.
+    """
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    base_runs = per_method[baseline]["runs"]
+    for method in methods:
+        if method == baseline:
+            continue
+        rows: dict[str, dict[str, float]] = {}
+        for metric in PAIRED_METRICS:
+            diffs = [
+                per_method[method]["runs"][s][metric] - base_runs[s][metric]
+                for s in range(seeds)
+                if metric in per_method[method]["runs"][s] and metric in base_runs[s]
+            ]
+            if diffs:
+                rows[metric] = mean_ci(diffs).as_dict()
+        out[f"{method}-{baseline}"] = rows
+    return out
 
 
 def warm_start_once(cfg: TrainConfig, out: Path, log: Callable[[str], None] = print) -> TrainConfig:
@@ -120,6 +151,7 @@ def compare(
         "preset": cfg.preset,
         "budget_total": budget_shape(cfg).total,
         "methods": per_method,
+        "paired": paired_differences(per_method, methods, seeds, baseline=methods[0]),
         "config": base.to_dict(),
     }
     (root / "comparison.json").write_text(json.dumps(result, indent=2))
