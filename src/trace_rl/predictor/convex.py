@@ -173,6 +173,8 @@ class ConvexSuccessPredictor:
         # per text: [weighted successes, weighted trials]; _rows holds the texts' features in store order
         self._store: dict[str, list[float]] = {}
         self._rows: Any = None
+        # per text: the head's estimate when the text first arrived (out-of-sample), for fitting kappa
+        self._heldout: dict[str, float] = {}
         self._model: Any = None
         self._scale: float | None = None
         self.kappa: dict[str, float] = {"prompt": config.kappa_default, "prefix": config.kappa_default}
@@ -297,7 +299,9 @@ class ConvexSuccessPredictor:
         start = time.perf_counter()
         before = self.text_estimate(items)
         loss = float(np.sum(w * (before - y) ** 2) / np.sum(w))
-        for t, yi, wi in zip(items, y, w, strict=True):
+        for t, yi, wi, b in zip(items, y, w, before, strict=True):
+            if t not in self._store and self._model is not None:
+                self._heldout[t] = float(b)  # the estimate before the text was ever trained on
             row = self._store.setdefault(t, [0.0, 0.0])
             row[0] += float(wi * yi)
             row[1] += float(wi)
@@ -351,9 +355,12 @@ class ConvexSuccessPredictor:
         if self.config.kappa is not None:
             self.kappa = {"prompt": self.config.kappa, "prefix": self.config.kappa}
             return
-        p = self.text_estimate(texts, self._stored_features())
+        # kappa from out-of-sample estimates only: an in-sample fit has partly memorised each text's outcomes,
+        # which would understate their spread around the estimate (and so overstate kappa)
+        seen = np.asarray([t in self._heldout for t in texts])
+        p = np.asarray([self._heldout.get(t, self.prior) for t in texts], dtype=np.float64)
         levels = np.asarray([_is_prefix(t) for t in texts])
-        for level, mask in (("prompt", ~levels), ("prefix", levels)):
+        for level, mask in (("prompt", ~levels & seen), ("prefix", levels & seen)):
             if int((trials[mask] >= 2).sum()) >= self.config.kappa_min_texts:
                 self.kappa[level] = fit_prior_strength(p[mask], succ[mask], trials[mask])
 
@@ -365,6 +372,7 @@ class ConvexSuccessPredictor:
             "num_updates": self.num_updates,
             "config": asdict(self.config),
             "store": {t: list(v) for t, v in self._store.items()},
+            "heldout": dict(self._heldout),
             "kappa": dict(self.kappa),
             "scale": self._scale,
         }
@@ -383,6 +391,7 @@ class ConvexSuccessPredictor:
                 f"predictor state is for {state['name']!r} (format {state['format']!r}), not {self.name!r}"
             )
         self._store = {str(t): [float(v[0]), float(v[1])] for t, v in state["store"].items()}
+        self._heldout = {str(t): float(v) for t, v in state.get("heldout", {}).items()}
         self._scale = None if state.get("scale") is None else float(state["scale"])
         self._model = None
         self._rows = None
