@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -192,3 +193,16 @@ def test_grouped_numbers_in_math_answers_match() -> None:
     assert not math_answers_match("12,000 or 13,000", "12000")  # no guess among several numbers
     assert not math_answers_match("-12,000", "12000")
     assert not math_answers_match("\\sqrt{5}", "5")
+
+
+def test_truncated_tool_output_says_how_much_was_dropped(math_tasks) -> None:  # type: ignore[no-untyped-def]
+    from trace_rl.envs.sandbox import DEFAULT_MAX_OUTPUT, available_backends
+
+    if not available_backends():
+        pytest.skip("no sandbox backend here")
+    env = make_env("math_python")
+    env.reset(math_tasks[0])
+    call = {"name": "python", "arguments": {"code": "print('x' * 70000)"}}  # 70,001 bytes with the newline
+    r = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
+    dropped = 70_001 - DEFAULT_MAX_OUTPUT
+    assert r.observation.endswith(f"[output truncated: {dropped:,} bytes not shown]")

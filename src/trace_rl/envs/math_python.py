@@ -432,7 +432,9 @@ class MathPythonEnv(AnswerEnv):
         if res.timed_out:
             out += f"\n[timed out after {self.timeout_s:g} s]"
         elif res.truncated:
-            out += "\n[output truncated]"
+            more = "more than " if res.output_stopped else ""
+            dropped = res.stdout_dropped + res.stderr_dropped
+            out += f"\n[output truncated: {more}{dropped:,} bytes not shown]"
         return out.strip() or "(no output)"
 
     def score(self, task: Task, answer: str) -> tuple[float, dict[str, Any]]:
