@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tests.unit.tree_examples import make_turn
-from trace_rl.advantages import grpo_advantages, group_normalize, tree_grpo_advantages, treerpo_advantages
+from trace_rl.advantages import group_normalize, grpo_advantages, tree_grpo_advantages, treerpo_advantages
 from trace_rl.metrics import effective_ratio
 from trace_rl.tree import REWARD_ATOL, RolloutTree
 
