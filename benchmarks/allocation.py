@@ -123,6 +123,9 @@ def main() -> None:
     v_half = rng.uniform(0.3, 0.7, size=1024)  # all prompts undecided: a different boundary walk
     half_ms, m_half = timed(lambda: allocate_roots(v_half, 8192, max_rollouts=64), args.repeats)
     half_loop_ms, m_half_loop = timed(lambda: allocate_roots_loop(v_half, 8192, cap=64), args.repeats)
+    v_tied = rng.choice([0.0, 1.0], size=1024)  # worst case: every value ties, no number of prompts is pruned
+    tied_ms, m_tied = timed(lambda: allocate_roots(v_tied, 8192, max_rollouts=64), args.repeats)
+    tied_loop_ms, m_tied_loop = timed(lambda: allocate_roots_loop(v_tied, 8192, cap=64), args.repeats)
     table = mixed_probability(v[:, None], np.arange(65)[None, :])
     table[:, 1] = -np.inf
     root_dp_ms, m_dp = timed(lambda: straightforward_dp(table, 8192, exact=True), args.dp_repeats)
@@ -142,6 +145,9 @@ def main() -> None:
         "roots_uniform_v_ms": round(half_ms, 2),
         "roots_uniform_v_loop_ms": round(half_loop_ms, 2),
         "roots_uniform_v_same_as_loop": bool(np.array_equal(m_half, m_half_loop)),
+        "roots_all_tied_ms": round(tied_ms, 2),
+        "roots_all_tied_loop_ms": round(tied_loop_ms, 2),
+        "roots_all_tied_same_as_loop": bool(np.array_equal(m_tied, m_tied_loop)),
         "roots_dp_ms": round(root_dp_ms, 1),
         "roots_speedup": round(root_dp_ms / root_ms, 1),
         "roots_dp_minus_ours": root_gap,

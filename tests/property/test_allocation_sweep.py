@@ -81,11 +81,34 @@ def test_roots_optimal_vs_dp_many_buckets(v, budget, cap) -> None:
     np.testing.assert_allclose(mixed_probability(v, m).sum(), mixed_probability(v, ref).sum(), atol=1e-9)
 
 
-def test_all_sweep_points_tie_fewest_active_prompts_win() -> None:
-    # v = 0 or 1 everywhere: every allocation scores 0, every sweep point survives the bound; fewest prompts win
+@pytest.mark.parametrize("chunk", [64, 3, 1])
+def test_all_sweep_points_tie_fewest_active_prompts_win(monkeypatch, chunk) -> None:
+    # v = 0 or 1 everywhere: every allocation scores 0, every sweep point survives the bound; fewest prompts
+    # win, also when the survivors are solved a few at a time and the solver stops early
+    monkeypatch.setattr(solvers, "_SWEEP_CHUNK", chunk)
     v = np.array([0.0, 1.0] * 40)
     m = allocate_roots(v, 100, max_rollouts=10)
     assert m.sum() == 100 and (m > 0).sum() == 10
+
+
+@settings(max_examples=60, deadline=None)
+@given(v=st.lists(probs, min_size=3, max_size=14), budget=st.integers(4, 50), cap=st.integers(2, 8))
+def test_chunked_pruned_sweep_is_optimal(v, budget, cap) -> None:
+    v = np.array(v)
+    table = mixed_probability(v[:, None], np.arange(cap + 1)[None, :])
+    table[:, 1:2] = -np.inf
+    try:
+        best = mixed_probability(v, knapsack_dp(table, budget)).sum()
+    except ValueError:
+        return
+    saved = solvers._FIRST_CANDIDATES, solvers._SWEEP_CHUNK
+    solvers._FIRST_CANDIDATES, solvers._SWEEP_CHUNK = 1, 1
+    try:
+        m = allocate_roots(v, budget, max_rollouts=cap)
+    finally:
+        solvers._FIRST_CANDIDATES, solvers._SWEEP_CHUNK = saved
+    np.testing.assert_allclose(mixed_probability(v, m).sum(), best, atol=1e-9)
+    assert (m > 0).sum() == (allocate_roots(v, budget, max_rollouts=cap) > 0).sum()  # same tie-break
 
 
 @pytest.mark.parametrize(

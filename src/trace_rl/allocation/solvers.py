@@ -52,6 +52,7 @@ def _as_probability_vector(x: npt.ArrayLike, name: str) -> FloatArray:
 
 # ------------------------------------------------------------------------------------------ root problem
 _FIRST_CANDIDATES = 4  # numbers of active prompts solved exactly before pruning the others by their bound
+_SWEEP_CHUNK = 64  # surviving numbers of active prompts solved per vectorised sweep
 
 
 def _mixed_increments(v: FloatArray, start: int, width: int) -> FloatArray:
@@ -207,23 +208,35 @@ def allocate_roots(
     else:
         g_rank, g_val = np.zeros(0, dtype=np.int64), np.zeros(0)
     # Value of s active prompts: setup[s] + the sum of the top k_s = B - L*s increments among rows < s.
-    # Bound it above by the top k_s among all rows (one cumulative sum); solve the best bound exactly, then
-    # solve exactly only the s whose bound reaches that value (in practice a handful; all of them at worst).
+    # Bound it above by the top k_s among all rows (one cumulative sum); solve the best bounds exactly, then
+    # solve the s whose bound reaches that value, in increasing s, until no later s can win or tie first.
     s_all = np.arange(s_lo, s_hi + 1)
     k_all = total - low * s_all
     bound = setup[s_all] + np.concatenate(([0.0], np.cumsum(g_val)))[k_all]
-    first = np.sort(np.argsort(-bound, kind="stable")[:_FIRST_CANDIDATES])
-    boundary, chosen = _sweep_boundaries(g_rank, g_val, s_all[first], k_all[first])
-    floor = float((setup[s_all[first]] + chosen).max())
+    known: dict[int, tuple[float, int]] = {}  # sweep point -> (exact value, boundary)
+
+    def solve(points: IntArray) -> None:
+        boundary, chosen = _sweep_boundaries(g_rank, g_val, s_all[points], k_all[points])
+        values = setup[s_all[points]] + chosen
+        known.update(zip(points.tolist(), zip(values.tolist(), boundary.tolist(), strict=True), strict=True))
+
+    def best() -> tuple[float, int]:  # (best value, smallest point within rounding of it)
+        top = max(value for value, _ in known.values())
+        tie = top - 1e-12 * max(1.0, abs(top))
+        return top, min(t for t, (value, _) in known.items() if value >= tie)
+
+    solve(np.sort(np.argsort(-bound, kind="stable")[:_FIRST_CANDIDATES]))
+    floor = best()[0]
     alive = np.flatnonzero(bound >= floor - 1e-9 * max(1.0, abs(floor)))
-    if not np.isin(alive, first).all():
-        boundary, chosen = _sweep_boundaries(g_rank, g_val, s_all[alive], k_all[alive])
-    else:
-        alive = first
-    values = setup[s_all[alive]] + chosen
-    top = float(values.max())
-    pick = int(np.argmax(values >= top - 1e-12 * max(1.0, top)))  # ties: fewest active prompts
-    best_s, best_boundary = int(s_all[alive[pick]]), int(boundary[pick])
+    todo = alive[[t not in known for t in alive.tolist()]]
+    for start in range(0, todo.size, _SWEEP_CHUNK):
+        solve(todo[start : start + _SWEEP_CHUNK])
+        top, pick = best()
+        rest = todo[start + _SWEEP_CHUNK :]
+        if rest.size and float(bound[rest].max()) <= top and pick < int(rest[0]):
+            break  # later points can neither beat the best nor win a tie (they have more active prompts)
+    pick = best()[1]
+    best_s, best_boundary = int(s_all[pick]), known[pick][1]
 
     counts_sorted = np.zeros(n, dtype=np.int64)
     counts_sorted[:best_s] = low
