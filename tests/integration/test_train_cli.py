@@ -153,18 +153,8 @@ def test_resume_of_a_finished_run_and_of_an_unreadable_last_checkpoint(tmp_path)
     # issue 16: resuming a finished run says so (exit 0); a newest checkpoint whose state.json exists but whose
     # weights cannot be read falls back to the previous complete one with one warning line
     out = tmp_path / "run"
-    first = run(
-        "train",
-        "--preset",
-        "smoke",
-        "--steps",
-        "3",
-        "--set",
-        "checkpoint_every=1",
-        "--out",
-        str(out),
-        "--no-progress",
-    )
+    args = "--preset smoke --steps 3 --set checkpoint_every=1 --no-progress".split()
+    first = run("train", *args, "--out", str(out))
     assert first.returncode == 0, first.stderr[-2000:]
     before = (out / "metrics.jsonl").read_text()
     done = run("train", "--resume", str(out), "--no-progress")

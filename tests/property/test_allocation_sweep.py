@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import trace_rl.allocation.solvers as solvers
-from trace_rl.allocation import allocate_roots, knapsack_dp, mixed_probability
+from tests.property.test_allocation_exact import dp_optimum
+from trace_rl.allocation import allocate_roots, mixed_probability
 
 probs = st.one_of(st.sampled_from([0.0, 0.03, 0.5, 0.8, 1.0]), st.floats(0.0, 1.0))
 
@@ -58,29 +59,6 @@ def test_greedy_order_is_a_stable_sort_with_ties() -> None:
     np.testing.assert_array_equal(vals, inc.ravel()[ref])
 
 
-@settings(max_examples=40, deadline=None)
-@given(
-    v=st.lists(probs, min_size=8, max_size=40),
-    budget=st.integers(16, 160),
-    cap=st.integers(2, 10),
-)
-def test_roots_optimal_vs_dp_many_buckets(v, budget, cap) -> None:
-    v = np.array(v)
-    table = mixed_probability(v[:, None], np.arange(cap + 1)[None, :])
-    table[:, 1:2] = -np.inf
-    try:
-        ref = knapsack_dp(table, budget)
-    except ValueError:
-        ref = None
-    try:
-        m = allocate_roots(v, budget, max_rollouts=cap)
-    except ValueError:
-        assert ref is None
-        return
-    assert ref is not None and m.sum() == budget
-    np.testing.assert_allclose(mixed_probability(v, m).sum(), mixed_probability(v, ref).sum(), atol=1e-9)
-
-
 @pytest.mark.parametrize("chunk", [64, 3, 1])
 def test_all_sweep_points_tie_fewest_active_prompts_win(monkeypatch, chunk) -> None:
     # v = 0 or 1 everywhere: every allocation scores 0, every sweep point survives the bound; fewest prompts
@@ -95,11 +73,8 @@ def test_all_sweep_points_tie_fewest_active_prompts_win(monkeypatch, chunk) -> N
 @given(v=st.lists(probs, min_size=3, max_size=14), budget=st.integers(4, 50), cap=st.integers(2, 8))
 def test_chunked_pruned_sweep_is_optimal(v, budget, cap) -> None:
     v = np.array(v)
-    table = mixed_probability(v[:, None], np.arange(cap + 1)[None, :])
-    table[:, 1:2] = -np.inf
-    try:
-        best = mixed_probability(v, knapsack_dp(table, budget)).sum()
-    except ValueError:
+    best = dp_optimum(v, budget, cap)
+    if best is None:
         return
     saved = solvers._FIRST_CANDIDATES, solvers._SWEEP_CHUNK
     solvers._FIRST_CANDIDATES, solvers._SWEEP_CHUNK = 1, 1
@@ -119,9 +94,6 @@ def test_pruning_fallback_reaches_the_optimum(monkeypatch, v, budget, cap) -> No
     # In these cases the number of active prompts with the best bound is not the optimal one: with a single
     # first candidate the solver must fall back to the pruned sweep and still reach the DP's optimum.
     v = np.array(v)
-    table = mixed_probability(v[:, None], np.arange(cap + 1)[None, :])
-    table[:, 1:2] = -np.inf
-    best = mixed_probability(v, knapsack_dp(table, budget)).sum()
     monkeypatch.setattr(solvers, "_FIRST_CANDIDATES", 1)
     m = allocate_roots(v, budget, max_rollouts=cap)
-    np.testing.assert_allclose(mixed_probability(v, m).sum(), best, atol=1e-12)
+    np.testing.assert_allclose(mixed_probability(v, m).sum(), dp_optimum(v, budget, cap), atol=1e-12)
