@@ -28,8 +28,10 @@ def output_folder(path: str, flag: str = "--out") -> str:
     while not os.path.exists(current):
         current = os.path.dirname(current)
     if not os.path.isdir(current):
-        what = "is a file" if current == os.path.abspath(path) else f"lies under a file ({current})"
-        raise UsageError(f"{flag} {path} {what}; {flag} names a folder (created when missing)")
+        what = "it is a file" if current == os.path.abspath(path) else f"it lies under the file {current}"
+        raise UsageError(
+            f"{flag} {path} is not a directory ({what}); {flag} names a folder, created when missing"
+        )
     return path
 
 
