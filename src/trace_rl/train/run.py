@@ -248,6 +248,14 @@ class Trainer:
                 seed=cfg.seed,
             ),
         )
+        prepare = getattr(self.predictor, "prepare", None)
+        if callable(prepare):  # frozen-encoder features of the training prompts, once (not inside each step)
+            from trace_rl.predictor import serialize_anchor
+
+            limit = int(getattr(self.predictor, "max_chars", 2048))
+            seconds = prepare([serialize_anchor(t.prompt, [], max_chars=limit) for t in self.tasks])
+            if seconds > 0.5:
+                self.log(f"predictor: embedded {len(self.tasks)} training prompts in {seconds:.1f}s")
         self.predictor_warm_record: dict[str, Any] | None = None
         policy_dir = ckpt / "policy" if ckpt is not None else self.out / "sft" / "policy"
         if ckpt is None and not (policy_dir / PROBE_FILE).exists():
