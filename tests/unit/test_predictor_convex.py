@@ -126,3 +126,22 @@ def test_updates_per_step_is_a_count_for_gradient_predictors():
     online = OnlineTrainer(pred, OnlineConfig(batch_size=30, updates_per_step=8))  # type: ignore[arg-type]
     online.observe_step([NodeExample(f"p{i}", 0.5, 0) for i in range(8)])
     assert pred.calls == 8  # 8 prompts / 30 slots would give 1 under the passes rule
+
+
+def test_binomial_fit_matches_scikit_learn_on_duplicated_rows():
+    """fit_binomial_logistic on counts = sklearn's LogisticRegression on rows split into successes/failures."""
+    from sklearn.linear_model import LogisticRegression
+
+    from trace_rl.predictor.convex import fit_binomial_logistic
+
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(60, 5))
+    trials = rng.integers(1, 9, size=60).astype(float)
+    p = 1 / (1 + np.exp(-(x @ np.array([1.0, -2.0, 0.5, 0.0, 0.3]) + 0.2)))
+    succ = rng.binomial(trials.astype(int), p).astype(float)
+    beta, b0 = fit_binomial_logistic(x, succ, trials, 3.0, max_iter=500)
+    ref = LogisticRegression(C=3.0, max_iter=2000, tol=1e-10).fit(
+        np.vstack([x, x]), np.r_[np.ones(60), np.zeros(60)], sample_weight=np.r_[succ, trials - succ]
+    )
+    np.testing.assert_allclose(beta, ref.coef_[0], atol=2e-3)
+    assert b0 == pytest.approx(float(ref.intercept_[0]), abs=2e-3)

@@ -19,7 +19,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -257,7 +257,9 @@ def training_step(
 
     # 4. refresh the predictor on the bottom-up targets
     t0 = time.perf_counter()
-    weighting = getattr(parts.predictor, "example_weighting", "uniform")
+    weighting: Literal["uniform", "leaves"] = (
+        "leaves" if getattr(parts.predictor, "example_weighting", "uniform") == "leaves" else "uniform"
+    )
     examples = [
         ex
         for r in results
