@@ -193,7 +193,7 @@ class ReplicaPool:
         home = self._homes.get(key) if key is not None and self.affinity else None
         if home is not None and home.first != i:
             self.stats.affinity_violations += 1
-        cached = out[0].cached_prompt_tokens or 0 if out else 0
+        cached = (out[0].cached_prompt_tokens or 0) if out else 0
         self.stats.requests[i] += 1
         self.stats.prompt_tokens[i] += len(prompt_token_ids)
         self.stats.cached_tokens[i] += cached

@@ -239,7 +239,8 @@ class VLLMBackend:
     async def generate(
         self, prompt_token_ids: Sequence[int], sampling: SamplingParams, n: int = 1, *, policy_version: int | None = None
     ) -> list[Completion]:
-        """Sample n completions of the prompt (GenerationBackend protocol).
+        """Sample n completions of the prompt (GenerationBackend protocol). Greedy (temperature 0) asks the
+        server for one completion and returns n copies of it (vLLM refuses n > 1 with greedy sampling).
 
         Raises:
             ValueError: bad prompt / n / top_p, or a malformed response. ServerError, OSError, TimeoutError:
@@ -248,17 +249,18 @@ class VLLMBackend:
         if self.model is None or self.max_model_len is None:
             await self._describe()
         assert self.model is not None
+        copies = n if sampling.temperature == 0 else 1  # vLLM refuses n > 1 with greedy sampling
         body = vllm_completion_request(
             prompt_token_ids,
             sampling,
-            n,
+            n // copies,
             model=self.model,
             stop_ids=self.stop_ids,
             policy_version=policy_version,
             max_model_len=self.max_model_len,
         )
         reply = await request_json("POST", self.url + "/v1/completions", body, timeout_s=self.timeout_s)
-        return parse_vllm_completion(reply, n)
+        return parse_vllm_completion(reply, n // copies) * copies
 
     async def health(self) -> bool:
         """True when ``/health`` answers 200."""

