@@ -106,6 +106,8 @@ class VLLMServer:
         threads: CPU threads (OMP_NUM_THREADS; cores pinned with VLLM_CPU_OMP_THREADS_BIND when `cpus` is set).
         nice: niceness of the server processes (19 in the tests: the machine is shared).
         log_path: where stdout/stderr go (default: a file next to model_dir).
+        die_with_parent: the server gets SIGKILL when the process that started it dies (Linux
+            PR_SET_PDEATHSIG), so that not even a killed trainer leaves a server behind.
     """
 
     model_dir: Path
@@ -122,6 +124,7 @@ class VLLMServer:
     nice: int = 0
     log_path: Path | None = None
     extra_args: Sequence[str] = ()
+    die_with_parent: bool = True
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _log: IO[bytes] | None = field(default=None, repr=False)
 
@@ -170,11 +173,15 @@ class VLLMServer:
         log = self.log_path or self.model_dir.parent / f"vllm-{self.port}.log"
         self.log_path = Path(log)
         self._log = self.log_path.open("ab")
-        nice = self.nice
+        nice, orphan_signal = self.nice, signal.SIGKILL if self.die_with_parent else 0
 
         def preexec() -> None:  # pragma: no cover - runs in the child
             if nice:
                 os.nice(nice)
+            if orphan_signal and sys.platform.startswith("linux"):
+                import ctypes
+
+                ctypes.CDLL(None).prctl(1, int(orphan_signal))  # PR_SET_PDEATHSIG: die with the launcher
 
         self.process = subprocess.Popen(
             self.command(),
