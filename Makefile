@@ -9,7 +9,8 @@ MYPY_STRICT := src/trace_rl/types.py src/trace_rl/allocation src/trace_rl/tree s
                src/trace_rl/metrics/__init__.py src/trace_rl/metrics/trees.py src/trace_rl/lab \
                src/trace_rl/predictor/metrics.py src/trace_rl/predictor/serialize.py src/trace_rl/predictor/examples.py \
                src/trace_rl/predictor/base.py src/trace_rl/predictor/online.py \
-               src/trace_rl/rollout/backends.py src/trace_rl/rollout/toy_env.py src/trace_rl/policy/chat.py
+               src/trace_rl/rollout/backends.py src/trace_rl/rollout/toy_env.py src/trace_rl/policy/chat.py \
+               src/trace_rl/rollout/http.py src/trace_rl/rollout/servers.py src/trace_rl/rollout/pool.py
 
 .PHONY: install vllm demo test lint typecheck contracts bench clean
 

@@ -15,8 +15,7 @@ import types
 
 import numpy as np
 import pytest
-
-torch = pytest.importorskip("torch")
+import torch
 
 from trace_rl.rollout import toy_env
 from trace_rl.rollout.agent import ChatCodec, SavePoint, run_episode

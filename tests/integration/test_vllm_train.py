@@ -13,8 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from trace_rl.rollout.vllm_server import free_port, vllm_python
 
 CLI = [sys.executable, "-m", "trace_rl.cli.main"]

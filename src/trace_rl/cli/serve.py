@@ -22,7 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "stops every server on Ctrl-C or SIGTERM.",
     )
     v.add_argument("--policy", required=True, help="tiny | smollm2-135m-instruct | checkpoint folder")
-    v.add_argument("--port", type=int, required=True, help="port of the first replica (the next ones count up)")
+    v.add_argument(
+        "--port", type=int, required=True, help="port of the first replica (the next ones count up)"
+    )
     v.add_argument("--replicas", type=int, default=1)
     v.add_argument("--host", default="127.0.0.1")
     v.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
@@ -33,7 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     v.add_argument("--nice", type=int, default=0, help="niceness of the servers (a shared machine: 19)")
     v.add_argument("--seed", type=int, default=0, help="initialisation seed of the tiny policy")
     v.add_argument(
-        "--folder", type=Path, default=None, help="where to export the policy (default: ~/.cache/trace-rl/served/NAME)"
+        "--folder",
+        type=Path,
+        default=None,
+        help="where to export the policy (default: ~/.cache/trace-rl/served/NAME)",
     )
     v.set_defaults(func=run)
 
@@ -74,8 +79,7 @@ def run(args: argparse.Namespace) -> int:
             nice=args.nice,
         )
         for i, s in enumerate(servers):
-            assert s.process is not None
-            print(f"replica {i}: {s.url} pid {s.process.pid} log {s.log_path}", flush=True)
+            print(f"replica {i}: {s.url} pid {s.pid} log {s.log_path}", flush=True)
         urls = ",".join(s.url for s in servers)
         print(f"ready: trace-rl train ... --set backend.kind=vllm --set backend.urls={urls}", flush=True)
         while any(s.alive() for s in servers):

@@ -14,7 +14,6 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-
 _MIX = 0x9E3779B97F4A7C15
 
 

@@ -27,7 +27,12 @@ class ServerError(RuntimeError):
 
 
 async def request_json(
-    method: str, url: str, payload: Any = None, *, timeout_s: float = 600.0, headers: dict[str, str] | None = None
+    method: str,
+    url: str,
+    payload: Any = None,
+    *,
+    timeout_s: float = 600.0,
+    headers: dict[str, str] | None = None,
 ) -> Any:
     """Send `payload` (JSON-encoded, or no body when None) and return the decoded JSON response (None if empty).
 
@@ -47,7 +52,12 @@ async def _request(method: str, url: str, payload: Any, headers: dict[str, str])
     if parts.query:
         path += "?" + parts.query
     body = b"" if payload is None else json.dumps(payload).encode()
-    head = [f"{method} {path} HTTP/1.1", f"Host: {host}:{port}", "Connection: close", "Accept: application/json"]
+    head = [
+        f"{method} {path} HTTP/1.1",
+        f"Host: {host}:{port}",
+        "Connection: close",
+        "Accept: application/json",
+    ]
     if payload is not None:
         head += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
     elif method != "GET":

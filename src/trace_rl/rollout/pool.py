@@ -39,7 +39,12 @@ class Replica(Protocol):
     kind: str
 
     async def generate(
-        self, prompt_token_ids: Sequence[int], sampling: SamplingParams, n: int = 1, *, policy_version: int | None = None
+        self,
+        prompt_token_ids: Sequence[int],
+        sampling: SamplingParams,
+        n: int = 1,
+        *,
+        policy_version: int | None = None,
     ) -> list[Completion]: ...
 
     async def load_weights(self, folder: str, version: int) -> None: ...
@@ -179,7 +184,9 @@ class ReplicaPool:
             self._load[i] += 1
             try:
                 async with sems[i]:
-                    out = await self.replicas[i].generate(prompt_token_ids, sampling, n, policy_version=version)
+                    out = await self.replicas[i].generate(
+                        prompt_token_ids, sampling, n, policy_version=version
+                    )
             except Exception as exc:
                 if not is_replica_failure(exc):
                     raise

@@ -40,7 +40,9 @@ def _max_tokens(prompt_len: int, sampling: SamplingParams, max_model_len: int | 
         return sampling.max_new_tokens
     room = max_model_len - prompt_len
     if room < 1:
-        raise ValueError(f"prompt of {prompt_len} tokens does not fit the server's max_model_len={max_model_len}")
+        raise ValueError(
+            f"prompt of {prompt_len} tokens does not fit the server's max_model_len={max_model_len}"
+        )
     return min(sampling.max_new_tokens, room)
 
 
@@ -222,7 +224,9 @@ class VLLMBackend:
     kind = "vllm"
     logprob_convention = "log softmax(z/T) before top-p (vLLM processed_logprobs, top_p=1, top_k=0)"
 
-    def __init__(self, url: str, *, stop_ids: Sequence[int], model: str | None = None, timeout_s: float = 600.0):
+    def __init__(
+        self, url: str, *, stop_ids: Sequence[int], model: str | None = None, timeout_s: float = 600.0
+    ):
         self.url = url.rstrip("/")
         self.stop_ids = tuple(int(i) for i in stop_ids)
         self.model = model
@@ -237,7 +241,12 @@ class VLLMBackend:
             self.max_model_len = int(first["max_model_len"])
 
     async def generate(
-        self, prompt_token_ids: Sequence[int], sampling: SamplingParams, n: int = 1, *, policy_version: int | None = None
+        self,
+        prompt_token_ids: Sequence[int],
+        sampling: SamplingParams,
+        n: int = 1,
+        *,
+        policy_version: int | None = None,
     ) -> list[Completion]:
         """Sample n completions of the prompt (GenerationBackend protocol). Greedy (temperature 0) asks the
         server for one completion and returns n copies of it (vLLM refuses n > 1 with greedy sampling).
@@ -306,7 +315,12 @@ class SGLangBackend:
         self.timeout_s = timeout_s
 
     async def generate(
-        self, prompt_token_ids: Sequence[int], sampling: SamplingParams, n: int = 1, *, policy_version: int | None = None
+        self,
+        prompt_token_ids: Sequence[int],
+        sampling: SamplingParams,
+        n: int = 1,
+        *,
+        policy_version: int | None = None,
     ) -> list[Completion]:
         """Sample n completions of the prompt (GenerationBackend protocol); errors as `VLLMBackend.generate`."""
         body = sglang_generate_request(

@@ -39,7 +39,10 @@ def vllm_python() -> Path:
     """
     env = os.environ.get("TRACE_RL_VLLM_PYTHON")
     candidates = [Path(env)] if env else []
-    candidates += [Path.cwd() / ".venv-vllm/bin/python", Path(__file__).resolve().parents[3] / ".venv-vllm/bin/python"]
+    candidates += [
+        Path.cwd() / ".venv-vllm/bin/python",
+        Path(__file__).resolve().parents[3] / ".venv-vllm/bin/python",
+    ]
     for c in candidates:
         if c.exists():
             return c
@@ -70,7 +73,9 @@ def export_policy(policy: Any, folder: str | Path) -> Path:
         head = policy.model.get_output_embeddings().weight.detach().to("cpu").contiguous().clone()
         index = out / "model.safetensors.index.json"
         if index.exists():  # sharded: the head goes into a shard of its own
-            save_file({"lm_head.weight": head}, str(out / "model-lm_head.safetensors"), metadata={"format": "pt"})
+            save_file(
+                {"lm_head.weight": head}, str(out / "model-lm_head.safetensors"), metadata={"format": "pt"}
+            )
             idx = json.loads(index.read_text())
             idx["weight_map"]["lm_head.weight"] = "model-lm_head.safetensors"
             index.write_text(json.dumps(idx, indent=2))
@@ -131,6 +136,11 @@ class VLLMServer:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        """Process id (= process group id) of the server, -1 before `start`."""
+        return self.process.pid if self.process is not None else -1
 
     def command(self) -> list[str]:
         """The server's argv (the vLLM Python first)."""
@@ -213,7 +223,9 @@ class VLLMServer:
             except OSError:
                 pass
             time.sleep(0.5)
-        raise TimeoutError(f"vLLM server on port {self.port} not ready after {timeout_s:.0f}s: {self.log_tail()}")
+        raise TimeoutError(
+            f"vLLM server on port {self.port} not ready after {timeout_s:.0f}s: {self.log_tail()}"
+        )
 
     def log_tail(self, chars: int = 2000) -> str:
         if self.log_path is None or not self.log_path.exists():

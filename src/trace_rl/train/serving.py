@@ -105,7 +105,9 @@ def open_backend(cfg: TrainConfig, policy: Any, out: Path, log: Callable[[str], 
         folder = export_policy(policy, out / SERVED_DIR / "v0")
         if threading.current_thread() is threading.main_thread():
             run._old_sigterm = signal.signal(signal.SIGTERM, _sigterm)
-        log(f"starting {b.replicas} vLLM server(s) for {cfg.policy.name} ({b.dtype}, {b.threads} thread(s) each)")
+        log(
+            f"starting {b.replicas} vLLM server(s) for {cfg.policy.name} ({b.dtype}, {b.threads} thread(s) each)"
+        )
         run.servers = launch_servers(
             folder,
             b.replicas,
@@ -116,10 +118,12 @@ def open_backend(cfg: TrainConfig, policy: Any, out: Path, log: Callable[[str], 
         )
         urls = [s.url for s in run.servers]
         (out / SERVERS_FILE).write_text(
-            json.dumps([{"url": s.url, "port": s.port, "pid": s.process.pid} for s in run.servers], indent=2)
+            json.dumps([{"url": s.url, "port": s.port, "pid": s.pid} for s in run.servers], indent=2)
         )
         log(f"vLLM servers ready: {', '.join(urls)}")
-    run.backend = ReplicaPool([VLLMBackend(u, stop_ids=policy.stop_ids) for u in urls], max_in_flight=b.max_in_flight)
+    run.backend = ReplicaPool(
+        [VLLMBackend(u, stop_ids=policy.stop_ids) for u in urls], max_in_flight=b.max_in_flight
+    )
     if not run.servers:
         run.sync(policy)  # servers started elsewhere: make them serve this run's weights
     return run

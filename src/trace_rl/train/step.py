@@ -257,7 +257,7 @@ def training_step(
 
     # 4. refresh the predictor on the bottom-up targets
     t0 = time.perf_counter()
-    weighting = getattr(parts.predictor, "example_weighting", "uniform")
+    weighting: Any = getattr(parts.predictor, "example_weighting", "uniform")
     examples = [
         ex
         for r in results
