@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -301,10 +300,3 @@ def stop_servers(servers: Sequence[VLLMServer]) -> None:
         except Exception as exc:  # pragma: no cover - best effort
             print(f"warning: stopping vLLM server on port {s.port}: {exc}", file=sys.stderr)
 
-
-def copy_tokenizer_files(src: str | Path, dst: str | Path) -> None:
-    """Copy the tokenizer files of an HF folder (for weight folders written by save_pretrained of a model)."""
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
-        p = Path(src) / name
-        if p.exists():
-            shutil.copy2(p, Path(dst) / name)
