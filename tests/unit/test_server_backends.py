@@ -403,3 +403,26 @@ def test_the_agent_loop_tags_requests_with_task_replay_and_prefix_version() -> N
     )
     assert backend.seen and all(c is not None and c.replay and c.prefix_version == 5 for c in backend.seen)
     assert REQUEST_CONTEXT.get() is None  # reset after each request
+
+
+def test_backend_config_section() -> None:
+    from trace_rl.train.config import ConfigError, load_config
+
+    cfg = load_config(preset="smoke", overrides=["backend.kind=vllm", "backend.urls=http://a:1,http://b:2"])
+    assert (
+        cfg.backend.kind == "vllm"
+        and cfg.backend.urls == "http://a:1,http://b:2"
+        and cfg.backend.replicas == 1
+    )
+    assert load_config(preset="smoke").backend.kind == "local"
+    for bad, key in [
+        ("backend.kind=sglang", "backend.kind"),
+        ("backend.replicas=0", "backend.replicas"),
+        ("backend.max_in_flight=0", "backend.max_in_flight"),
+        ("backend.dtype=float16", "backend.dtype"),
+    ]:
+        with pytest.raises(ConfigError, match=key):
+            load_config(preset="smoke", overrides=[bad])
+    with pytest.raises(ConfigError, match=r"sampling.top_p: must be 1 with backend.kind=vllm"):
+        load_config(preset="smoke", overrides=["backend.kind=vllm", "sampling.top_p=0.9"])
+    assert load_config(preset="smoke", overrides=["sampling.top_p=0.9"]).sampling.top_p == 0.9

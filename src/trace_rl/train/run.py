@@ -677,6 +677,9 @@ def _tb_write(writer: Any, record: dict[str, Any], step: int) -> None:
         return
     prefix = "eval" if record.get("kind") == "eval" else "train"
     for key, value in record.items():
+        if key == "backend_requests_per_replica":  # a list: one scalar per replica
+            for i, count in enumerate(value):
+                writer.add_scalar(f"{prefix}/{key}/{i}", count, step)
         if isinstance(value, bool) or not isinstance(value, int | float) or key == "step":
             continue
         writer.add_scalar(f"{prefix}/{key}", value, step)
