@@ -361,7 +361,15 @@ def server_comparison(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         folder = export_policy(policy, Path(tmp) / "policy")
         for replicas in [int(r) for r in args.replicas.split(",")]:
-            servers = launch_servers(folder, replicas, nice=args.nice, threads=1, max_num_seqs=64)
+            servers = launch_servers(
+                folder,
+                replicas,
+                nice=args.nice,
+                threads=1,
+                max_model_len=2048,
+                max_num_seqs=32,
+                timeout_s=900,
+            )
             try:
                 clients = [VLLMBackend(s.url, stop_ids=policy.stop_ids) for s in servers]
                 pool = ReplicaPool(clients)
@@ -382,7 +390,7 @@ def server_comparison(args: argparse.Namespace) -> int:
                     rec, codec, tasks, sampling, args.max_turns, k, args.seed
                 )
                 tokens = sum(e.sampled_tokens for e in roots + replays)
-                hit = backend_metrics(rec.inner)["backend_replay_cache_hit_rate"]
+                metrics = backend_metrics(rec.inner)
                 # the same requests sent directly: one chain per episode, roots' chains first, then replays'
                 chains = list(rec.chains.values())
                 n_root = len(root_jobs)
@@ -405,7 +413,8 @@ def server_comparison(args: argparse.Namespace) -> int:
                     traced_tok_s=round(tokens / traced, 1),
                     direct_tok_s=round(direct_tokens / direct_s, 1),
                     trace_rl_share_of_direct=round((tokens / traced) / (direct_tokens / direct_s), 3),
-                    replay_cache_hit_rate=round(hit, 3),
+                    replay_cache_hit_rate=round(metrics["backend_replay_cache_hit_rate"], 3),
+                    replay_prefix_hit_rate=round(metrics["backend_replay_prefix_hit_rate"], 3),
                 )
                 out[f"vllm_{replicas}"] = res
                 log(f"vllm x{replicas}: {res}")

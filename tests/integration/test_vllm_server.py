@@ -105,7 +105,7 @@ def test_replay_hits_the_prefix_cache_of_its_replica_only(served):  # type: igno
         REQUEST_CONTEXT.set(RequestContext("task-a"))
         (root,) = await pool.generate(prefix, sampling)
         replay_prompt = prefix + root.token_ids.tolist() + [7, 8, 9]
-        REQUEST_CONTEXT.set(RequestContext("task-a", replay=True))
+        REQUEST_CONTEXT.set(RequestContext("task-a", replay=True, resumed=True))
         (replay,) = await pool.generate(replay_prompt, sampling)
         other = pool.replicas[1 - replay.replica]
         (cold,) = await other.generate(replay_prompt, sampling)
@@ -118,6 +118,7 @@ def test_replay_hits_the_prefix_cache_of_its_replica_only(served):  # type: igno
     assert cold.cached_prompt_tokens is not None and cold.cached_prompt_tokens < BLOCK
     m = backend_metrics(pool)
     assert m["backend_replay_cache_hit_rate"] >= (len(prefix) - BLOCK) / (len(prefix) + 11)
+    assert m["backend_replay_prefix_hit_rate"] == m["backend_replay_cache_hit_rate"]
     assert m["backend_affinity_violations"] == 0 and m["backend_retried_requests"] == 0
 
 

@@ -58,6 +58,7 @@ def test_train_launches_and_stops_its_own_vllm_servers(tmp_path):  # type: ignor
         assert r["backend_stale_prefixes"] == 0
         if r["replays"]:
             assert r["backend_replay_cache_hit_rate"] >= 0.9  # affinity keeps replays on their cache
+            assert r["backend_replay_prefix_hit_rate"] >= 0.9
     report = (out / "report.html").read_text()
     assert "backend_replay_cache_hit_rate" in report and "backend_requests_per_replica" in report
 

@@ -295,6 +295,7 @@ def test_pool_affinity_least_loaded_and_limits() -> None:
     m = backend_metrics(pool)
     assert m["backend_requests_per_replica"] == [8, 8] and m["backend_affinity_violations"] == 0
     assert m["backend_replay_cache_hit_rate"] == pytest.approx(3 / 4)
+    assert np.isnan(m["backend_replay_prefix_hit_rate"])  # no request was a replay's first
     assert backend_metrics(pool)["backend_requests_per_replica"] == [0, 0]  # the window was taken
 
 
@@ -402,6 +403,7 @@ def test_the_agent_loop_tags_requests_with_task_replay_and_prefix_version() -> N
         )
     )
     assert backend.seen and all(c is not None and c.replay and c.prefix_version == 5 for c in backend.seen)
+    assert [c.resumed for c in backend.seen if c] == [True] + [False] * (len(backend.seen) - 1)
     assert REQUEST_CONTEXT.get() is None  # reset after each request
 
 

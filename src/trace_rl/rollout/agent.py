@@ -167,7 +167,8 @@ async def run_episode(
             budget, sampling.temperature, sampling.top_p, turn_seed(seed, depth), sampling.stop_ids
         )
         # routing and accounting for server pools: same replica for the whole task, replay flag, prefix age
-        token = REQUEST_CONTEXT.set(RequestContext(task.id, start is not None, prefix_version))
+        resumed = start is not None and depth == start.depth
+        token = REQUEST_CONTEXT.set(RequestContext(task.id, start is not None, prefix_version, resumed))
         try:
             (completion,) = await backend.generate(context, params, 1)
         finally:

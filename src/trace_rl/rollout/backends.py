@@ -86,11 +86,13 @@ class RequestContext:
         replay: the request belongs to a replay (an episode resumed from a save point).
         prefix_version: the oldest policy version that generated any model token in the prompt (None: the
             prompt holds no sampled tokens, or they carry no version).
+        resumed: the request is a replay's first turn: its prompt is exactly the save point's prefix.
     """
 
     affinity_key: str | None = None
     replay: bool = False
     prefix_version: int | None = None
+    resumed: bool = False
 
 
 REQUEST_CONTEXT: contextvars.ContextVar[RequestContext | None] = contextvars.ContextVar(

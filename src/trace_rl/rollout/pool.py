@@ -60,6 +60,8 @@ class PoolStats:
         requests: (K,) requests served per replica. prompt_tokens / cached_tokens: (K,) prompt tokens sent and
             reported as served from the prefix cache (n = 1 requests count their prompt once).
         replay_prompt_tokens / replay_cached_tokens: the same over requests of replays only.
+        resumed_prompt_tokens / resumed_cached_tokens: the same over replays' first requests only (prompt = the
+            save point's prefix, which affinity routes to the replica that generated it).
         affinity_violations: requests served away from their key's first replica.
         retried_requests: requests retried on another replica after a failure.
         stale_prefixes: requests continuing model tokens sampled under an older policy version.
@@ -70,6 +72,8 @@ class PoolStats:
     cached_tokens: list[int]
     replay_prompt_tokens: int = 0
     replay_cached_tokens: int = 0
+    resumed_prompt_tokens: int = 0
+    resumed_cached_tokens: int = 0
     affinity_violations: int = 0
     retried_requests: int = 0
     stale_prefixes: int = 0
@@ -207,6 +211,9 @@ class ReplicaPool:
         if ctx is not None and ctx.replay:
             self.stats.replay_prompt_tokens += len(prompt_token_ids)
             self.stats.replay_cached_tokens += cached
+        if ctx is not None and ctx.resumed:
+            self.stats.resumed_prompt_tokens += len(prompt_token_ids)
+            self.stats.resumed_cached_tokens += cached
         return [dataclasses.replace(c, replica=i, policy_version=version) for c in out]
 
     async def push_weights(self, folder: str) -> int:
@@ -242,6 +249,7 @@ class ReplicaPool:
 def backend_metrics(backend: Any, stats: PoolStats | None = None) -> dict[str, Any]:
     """Per-step backend metrics (docs/serving.md): ``backend`` (kind), ``policy_version``, and for a pool
     ``backend_replay_cache_hit_rate`` (cached / prompt tokens over the replays' requests; NaN without replays),
+    ``backend_replay_prefix_hit_rate`` (the same over replays' first requests: the save-point prefix alone),
     ``backend_requests_per_replica`` (list), ``backend_affinity_violations``, ``backend_retried_requests``,
     ``backend_stale_prefixes``, ``backend_live_replicas``. ``stats``: the window to report (default: take the
     pool's counters since the last call)."""
@@ -253,6 +261,9 @@ def backend_metrics(backend: Any, stats: PoolStats | None = None) -> dict[str, A
         "policy_version": backend.policy_version,
         "backend_replay_cache_hit_rate": (
             s.replay_cached_tokens / s.replay_prompt_tokens if s.replay_prompt_tokens else float("nan")
+        ),
+        "backend_replay_prefix_hit_rate": (
+            s.resumed_cached_tokens / s.resumed_prompt_tokens if s.resumed_prompt_tokens else float("nan")
         ),
         "backend_requests_per_replica": list(s.requests),
         "backend_affinity_violations": s.affinity_violations,

@@ -101,7 +101,9 @@ class VLLMServer:
     Attributes:
         model_dir: the HF folder served. port: its TCP port on `host`. name: the served model name.
         dtype: "float32" (the tiny policy: logprobs as the trainer computes them) or "bfloat16".
-        max_model_len: context length in tokens. max_num_seqs: sequences decoded at once. block_size: KV block
+        max_model_len: context length in tokens. max_num_seqs: sequences decoded at once.
+            max_num_batched_tokens: tokens per engine step (prefills are chunked); also the size of the start-up
+            warm-up forward, which took over 10 minutes for SmolLM2 at vLLM's default on one contended thread. block_size: KV block
             size in tokens (only full blocks are prefix-cached). kv_cache_gib: VLLM_CPU_KVCACHE_SPACE (whole GiB).
         threads: CPU threads (OMP_NUM_THREADS; cores pinned with VLLM_CPU_OMP_THREADS_BIND when `cpus` is set).
         nice: niceness of the server processes (19 in the tests: the machine is shared).
@@ -117,6 +119,7 @@ class VLLMServer:
     dtype: str = "float32"
     max_model_len: int = 4096
     max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
     block_size: int = 32
     kv_cache_gib: int = 1
     threads: int = 1
@@ -145,6 +148,7 @@ class VLLMServer:
             "--host", self.host, "--port", str(self.port),
             "--dtype", self.dtype, "--max-model-len", str(self.max_model_len),
             "--max-num-seqs", str(self.max_num_seqs), "--block-size", str(self.block_size),
+            "--max-num-batched-tokens", str(self.max_num_batched_tokens),
             "--enforce-eager", "--enable-prefix-caching", "--enable-prompt-tokens-details",
             "--logprobs-mode", VLLM_LOGPROBS_MODE, "--generation-config", "vllm",
             "--disable-uvicorn-access-log",
