@@ -299,11 +299,12 @@ class Recorder:
 
     def __init__(self, inner: Any):
         self.inner = inner
-        self.chains: dict[int, list[tuple[list[int], SamplingParams, int | None]]] = {}
+        # keyed by the episode's task object itself (kept alive here): ids of finished tasks are reused
+        self.chains: dict[Any, list[tuple[list[int], SamplingParams, int | None]]] = {}
 
     async def generate(self, prompt: Any, sampling: SamplingParams, n: int = 1) -> Any:
         out = await self.inner.generate(prompt, sampling, n)
-        chain = self.chains.setdefault(id(asyncio.current_task()), [])
+        chain = self.chains.setdefault(asyncio.current_task(), [])
         chain.append(([int(i) for i in prompt], sampling, out[0].replica))
         return out
 
@@ -394,6 +395,10 @@ def server_comparison(args: argparse.Namespace) -> int:
                 # the same requests sent directly: one chain per episode, roots' chains first, then replays'
                 chains = list(rec.chains.values())
                 n_root = len(root_jobs)
+                if len(chains) != len(roots) + len(replays):
+                    raise RuntimeError(
+                        f"{len(chains)} request chains for {len(roots) + len(replays)} episodes"
+                    )
 
                 async def direct(group: list[Any], clients: list[Any] = clients) -> int:
                     async def chain(c: list[Any]) -> int:
