@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from trace_rl.envs.sandbox import available_backends, run_python
+from trace_rl.envs.sandbox import MAX_DRAIN_BYTES, available_backends, run_python
 
 BACKENDS = available_backends()
 pytestmark = pytest.mark.skipif(not BACKENDS, reason="no isolating sandbox backend on this machine")
@@ -167,9 +167,62 @@ def test_background_process_does_not_outlive_call(backend: str) -> None:
 
 def test_huge_output_is_capped(backend: str) -> None:
     res = run_python(
-        "while True:\n    print('x' * 4096)", timeout_s=3.0, max_output_bytes=10_000, backend=backend
+        "while True:\n    print('x' * 4096)", timeout_s=5.0, max_output_bytes=10_000, backend=backend
     )  # type: ignore[arg-type]
     assert res.truncated and len(res.stdout) <= 10_000 and not res.timed_out
+    assert res.output_stopped and res.stdout_dropped + res.stderr_dropped > MAX_DRAIN_BYTES
+
+
+def test_output_cap_counts_dropped_bytes_and_keeps_whole_characters(backend: str) -> None:
+    # 3,001 bytes: "a" then 1,000 three-byte characters; a 1,001-byte cap falls inside the 334th character
+    res = run_python(
+        "import sys\nsys.stdout.write('a' + '\u20ac' * 1000)\nsys.stderr.write('e' * 50)",
+        max_output_bytes=1_001,
+        backend=backend,  # type: ignore[arg-type]
+    )
+    assert res.returncode == 0 and res.truncated and not res.output_stopped  # the run finished normally
+    assert res.stdout == "a" + "\u20ac" * 333 and "\ufffd" not in res.stdout
+    assert res.stdout_dropped == 2_001  # 2,000 bytes past the cap and the 1 byte of the cut character
+    assert (res.stderr, res.stderr_dropped) == ("e" * 50, 0)
+
+
+def test_fork_bomb_leaves_concurrent_threaded_calls_intact(backend: str) -> None:
+    # Issue 16: all calls used to share one uid's process budget, so a fork bomb made concurrent benign
+    # calls fail to start threads ("can't start new thread"): false zero rewards in training.
+    if not _process_limit_holds(backend, 16):  # never unleash a real fork bomb on a shared machine unguarded
+        pytest.fail("process limit not enforced; refusing to run the fork bomb")
+    import concurrent.futures as cf
+
+    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    benign = (
+        "import threading, time\nout = [0] * 12\n"
+        "def work(i):\n    time.sleep(0.2)\n    out[i] = i * i + {seed}\n"
+        "ts = [threading.Thread(target=work, args=(i,)) for i in range(12)]\n"
+        "[t.start() for t in ts]\n[t.join() for t in ts]\nprint(sum(out))"
+    )
+    with cf.ThreadPoolExecutor(9) as pool:
+        bombing = pool.submit(run_python, bomb, timeout_s=4.0, backend=backend)
+        time.sleep(0.5)  # the bomb has filled its budget
+        calls = {
+            seed: pool.submit(run_python, benign.format(seed=seed), timeout_s=15.0, backend=backend)
+            for seed in range(8)
+        }
+        results = {seed: f.result() for seed, f in calls.items()}
+        assert bombing.result().returncode != 0
+    for seed, res in results.items():
+        assert res.stdout.strip() == str(506 + 12 * seed), (seed, res.stderr[-300:])
+
+
+def test_each_call_holds_its_own_uid() -> None:
+    from trace_rl.envs import sandbox
+
+    with sandbox._call_uid() as a, sandbox._call_uid() as b:
+        assert a != b
+        if os.geteuid() == 0:
+            assert a in sandbox.CALL_UIDS and b in sandbox.CALL_UIDS
+    if os.geteuid() == 0:  # the lock files go away with the calls
+        lock_dir = Path(sandbox.tempfile.gettempdir()) / "trace-rl-sandbox-uids"
+        assert not (lock_dir / str(a)).exists() and not (lock_dir / str(b)).exists()
 
 
 def test_caller_environment_invisible(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -149,6 +149,53 @@ def test_compare_and_report(tmp_path) -> None:
             assert parallel["methods"][method][key] == pytest.approx(row[key], abs=1e-9), (method, key)
 
 
+def test_resume_of_a_finished_run_and_of_an_unreadable_last_checkpoint(tmp_path) -> None:
+    # issue 16: resuming a finished run says so (exit 0); a newest checkpoint whose state.json exists but whose
+    # weights cannot be read falls back to the previous complete one with one warning line
+    out = tmp_path / "run"
+    args = "--preset smoke --steps 3 --set checkpoint_every=1 --no-progress".split()
+    first = run("train", *args, "--out", str(out))
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = (out / "metrics.jsonl").read_text()
+    done = run("train", "--resume", str(out), "--no-progress")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"the run in {out} is complete (3/3 steps); nothing to resume" in done.stdout
+    assert "summary: 3 steps" in done.stdout and (out / "metrics.jsonl").read_text() == before
+
+    weights = out / "checkpoints" / "step_3" / "policy" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    res = run("train", "--resume", str(out), "--no-progress")
+    assert res.returncode == 0, res.stderr[-2000:]
+    output = res.stdout + res.stderr
+    warnings = [line for line in output.splitlines() if "warning" in line.lower()]
+    assert len(warnings) == 1 and "step_3" in warnings[0] and "resuming from step_2" in warnings[0], output
+    assert "Traceback" not in output
+    assert [r["step"] for r in train_records(out)] == [1, 2, 3]  # step 3 redone, logged once
+    assert run("train", "--resume", str(out), "--no-progress").stdout.startswith(
+        f"the run in {out} is complete"
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--preset", "smoke", "--out", "{file}"],
+        ["--preset", "smoke", "--out", "{file}/run"],
+        ["--resume", "{dir}", "--preset", "smoke"],
+        ["--resume", "{dir}", "--config", "x.yaml"],
+        ["--preset", "smoke", "--config", "x.yaml", "--out", "{dir}"],
+    ],
+)
+def test_cli_mistakes_are_one_plain_line(tmp_path, args) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    filled = [a.format(file=tmp_path / "file", dir=tmp_path) for a in args]
+    res = run("train", *filled)
+    assert res.returncode == 2 and res.stdout == ""
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trace-rl train: error: "), res.stderr
+    assert "usage:" not in res.stderr and "Traceback" not in res.stderr and "Errno" not in res.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -207,6 +254,8 @@ def test_trace_fresh_with_a_probe_warmed_convex_predictor(tmp_path) -> None:
     recs = train_records(out)
     assert [r["allocation"] for r in recs] == ["trace_fresh", "trace_fresh"]
     for r in recs:
-        assert r["predictor_warm"] == 1.0 and r["fresh_rollouts"] >= 0
+        assert r["predictor_warm"] == 1.0 and r["fresh_rollouts"] >= 0 and "replay_flip_rate" in r
+        if r["replays"]:
+            assert 0 <= r["replay_flip_rate"] <= 1 and "replay_flip_rate_depth_1" in r
         assert r["budget_spent"] <= r["budget_total"] + 1e-9
         assert r["root_rollouts"] + 0.5 * r["replays"] == pytest.approx(r["budget_spent"])

@@ -57,22 +57,36 @@ def test_roots_optimal_vs_brute_force(v, budget, low, cap, max_active) -> None:
     v=st.lists(probs, min_size=1, max_size=12), budget=st.integers(0, 40), cap=st.none() | st.integers(2, 12)
 )
 def test_roots_optimal_vs_dp_larger(v, budget, cap) -> None:
-    v = np.array(v)
-    top = budget if cap is None else cap
-    ms = np.arange(top + 1)
+    roots_match_dp(np.array(v), budget, cap)
+
+
+@settings(max_examples=40, deadline=None)
+@given(v=st.lists(probs, min_size=8, max_size=40), budget=st.integers(16, 160), cap=st.integers(2, 10))
+def test_roots_optimal_vs_dp_many_buckets(v, budget, cap) -> None:
+    """Problems big enough for several buckets in the vectorised sweep (issue 16)."""
+    roots_match_dp(np.array(v), budget, cap)
+
+
+def dp_optimum(v: np.ndarray, budget: int, cap: int | None) -> float | None:
+    """The reference DP's optimal objective of the root problem (0-or->=2 rule), None when infeasible."""
+    ms = np.arange((budget if cap is None else cap) + 1)
     table = mixed_probability(v[:, None], ms[None, :])
     table[:, 1:2] = -np.inf
     try:
-        ref = knapsack_dp(table, budget)
+        return float(mixed_probability(v, knapsack_dp(table, budget)).sum())
     except ValueError:
-        ref = None
+        return None
+
+
+def roots_match_dp(v: np.ndarray, budget: int, cap: int | None) -> None:
+    best = dp_optimum(v, budget, cap)
     try:
         m = allocate_roots(v, budget, max_rollouts=cap)
     except ValueError:
-        assert ref is None
+        assert best is None
         return
-    assert ref is not None
-    np.testing.assert_allclose(mixed_probability(v, m).sum(), mixed_probability(v, ref).sum(), atol=1e-9)
+    assert best is not None and m.sum() == budget
+    np.testing.assert_allclose(mixed_probability(v, m).sum(), best, atol=1e-9)
 
 
 @settings(max_examples=60, deadline=None)

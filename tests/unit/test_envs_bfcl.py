@@ -67,14 +67,21 @@ def test_miss_param_turn_needs_no_call(tasks) -> None:  # type: ignore[no-untype
         r = env.step(turns[i])
         i += 1
         user_turn += r.info["role"] == "user"
-    # a call in that turn (irrelevance violation) fails the episode, as bfcl-eval's irrelevance checker does
-    env.step(
+    # a call in that turn fails the episode only under the strict irrelevance rule (bfcl-eval's
+    # multi_turn_irrelevance_checker, which its runner does not apply); by default the turn is not checked
+    call = (
         '<tool_call>{"name": "ls", "arguments": {}}</tool_call>'
         if "ls" in {t["function"]["name"] for t in task.tools}
         else '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
     )
+    strict = make_env("bfcl", strict_irrelevance=True)
+    strict.restore(env.snapshot())
+    env.step(call)
     r = env.step("ok")
-    assert r.done and r.reward == 0.0
+    assert r.info["turn_passed"]
+    strict.step(call)
+    r = strict.step("ok")
+    assert r.done and r.reward == 0.0 and "none should be" in r.info["failure"]
 
 
 def test_episodes_do_not_share_state(tasks) -> None:  # type: ignore[no-untyped-def]
@@ -103,3 +110,38 @@ def test_snapshot_restore_reproduces_state(tasks) -> None:  # type: ignore[no-un
     rest_replay = [fresh.step(t) for t in turns[2:]]
     assert [r.observation for r in rest_original] == [r.observation for r in rest_replay]
     assert rest_replay[-1].reward == 1.0
+
+
+def test_answer_with_calls_lists_ignored_calls_and_runs_none(tasks) -> None:  # type: ignore[no-untyped-def]
+    task = tasks["multi_turn_base_0"]
+    env = make_env("bfcl")
+    env.reset(task)
+    r = env.step(
+        '<tool_call>{"name": "mkdir", "arguments": {"dir_name": "zz"}}</tool_call>'
+        '<tool_call>{"name": "pwd", "arguments": {}}</tool_call><answer>all done</answer>'
+    )
+    assert r.info["ignored_calls"] == ["mkdir", "pwd"] and r.info["role"] == "user"
+    assert env.state.model_results == []  # nothing ran
+    env.reset(task)
+    assert "ignored_calls" not in env.step("no calls here").info
+
+
+def _pad_turn_to(task, steps: int):  # type: ignore[no-untyped-def]
+    """The gold's first turn followed by read-only pwd calls, one step each, to ``steps`` call steps."""
+    from trace_rl.envs.base import ToolCall
+    from trace_rl.envs.bfcl_parity import gold_calls
+
+    gold = gold_calls(task)
+    first = [[c] for c in gold[0][0]]
+    first += [[ToolCall("pwd", {})] for _ in range(steps - len(first))]
+    return [first, *gold[1:]]
+
+
+@pytest.mark.parametrize(("steps", "reward"), [(20, 1.0), (21, 0.0)])
+def test_step_limit_matches_bfcl_forced_termination(tasks, steps, reward) -> None:  # type: ignore[no-untyped-def]
+    from trace_rl.envs.bfcl_parity import env_reward, official_reward
+
+    task = tasks["multi_turn_base_0"]
+    turns = _pad_turn_to(task, steps)
+    assert official_reward(task, turns) == reward
+    assert env_reward(task, turns) == reward

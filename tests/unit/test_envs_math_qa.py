@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -129,3 +130,79 @@ def test_math_answers_match_skips_numbers_too_big_to_verify() -> None:
     assert not math_answers_match("(10^{10})!", "3")
     assert not math_answers_match("x" * 300, "x" * 301)  # over MAX_VERIFY_CHARS: string checks only
     assert math_answers_match("2^{100}", "1267650600228229401496703205376")
+
+
+# ---- issue 16: numbers with signs and thousands separators ------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "bare", "prose"),
+    [
+        ("-1,234", "-1234", "-1234"),
+        ("+12,345,678.50", "12345678.50", "12345678.50"),
+        ("3{,}600", "3600", "3600"),
+        ("\u22129\u202f000", "-9000", "-9000"),
+        ("y = 4,096.", "4096", "4096"),
+        ("So the total is 4,096 dollars.", None, "4096"),
+        ("It is -17, i.e. -17.", None, "-17"),
+        ("1,23", None, None),  # a malformed group is not 123
+        ("4,5,6", None, None),  # a list, not 456
+        ("7 and 8", None, None),  # several different numbers: no guess
+        ("\\sqrt{49}", None, None),  # an expression, not the number inside it
+        ("9-2", None, None),
+        ("10x", None, None),
+    ],
+)
+def test_parse_answer_number(text: str, bare: str | None, prose: str | None) -> None:
+    from decimal import Decimal
+
+    from trace_rl.envs.math_python import parse_answer_number
+
+    assert parse_answer_number(text) == (None if bare is None else Decimal(bare))
+    assert parse_answer_number(text, prose=True) == (None if prose is None else Decimal(prose))
+
+
+def test_numbers_match_is_exact_for_integers() -> None:
+    from decimal import Decimal
+
+    from trace_rl.envs.math_python import numbers_match
+
+    assert numbers_match(Decimal("1234"), Decimal("1234.0"))
+    assert not numbers_match(Decimal("123456789012345678"), Decimal("123456789012345679"))
+    assert numbers_match(Decimal("0.1") + Decimal("0.2"), Decimal("0.3"))
+    assert numbers_match(Decimal("0.30000000000000004"), Decimal("0.3"))
+
+
+def test_grouped_integer_answers_are_rewarded() -> None:
+    tasks = load_tasks("math_python", "train", limit=300)
+    task = next(
+        t for t in tasks if t.metadata["rg_dataset"] == "basic_arithmetic" and abs(int(t.answer)) >= 10_000
+    )
+    gold = int(task.answer)
+    # reasoning-gym's own scorer gives these 0; the numeric rule grants them
+    for text in (f"{gold:,}", f"The result is {gold:,}.", f"x = {gold:,}"):
+        reward, info = score_reasoning_gym(task, text)
+        assert reward == 1.0 and info["numeric"], text
+    for text in (f"{-gold:,}", f"{gold:,} or {gold + 1:,}", f"{gold:,}".replace(",", ",0", 1)):
+        assert score_reasoning_gym(task, text)[0] == 0.0, text
+    env = make_env("math_python")
+    env.reset(task)
+    assert env.step(f"<answer>{gold:,}</answer>").reward == 1.0
+
+
+def test_grouped_numbers_in_math_answers_match() -> None:
+    assert math_answers_match("The answer is 12,000.", "12000")
+    assert not math_answers_match("12,000 or 13,000", "12000")  # no guess among several numbers
+    assert not math_answers_match("-12,000", "12000")
+    assert not math_answers_match("\\sqrt{5}", "5")
+
+
+def test_truncated_tool_output_says_how_much_was_dropped(math_tasks) -> None:  # type: ignore[no-untyped-def]
+    from trace_rl.envs.sandbox import DEFAULT_MAX_OUTPUT, available_backends
+
+    if not available_backends():
+        pytest.skip("no sandbox backend here")
+    env = make_env("math_python")
+    env.reset(math_tasks[0])
+    call = {"name": "python", "arguments": {"code": "print('x' * 70000)"}}  # 70,001 bytes with the newline
+    r = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
+    dropped = 70_001 - DEFAULT_MAX_OUTPUT
+    assert r.observation.endswith(f"[output truncated: {dropped:,} bytes not shown]")

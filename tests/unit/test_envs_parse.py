@@ -76,6 +76,51 @@ def test_too_many_calls_is_error() -> None:
     assert p.calls == () and "too many" in p.errors[0]
 
 
+# ---- issue 16: whatever stands between a decoded object and its closing tag never vanishes -------------------
+def test_glued_objects_in_one_block_are_separate_calls() -> None:
+    text = (
+        '<tool_call>{"name": "ls", "arguments": {"a": 1}}{"name": "cd", "arguments": {"folder": "x"}}\n'
+        '  {"name": "pwd"}</tool_call> bye'
+    )
+    p = parse_turn(text)
+    assert [(c.name, c.arguments) for c in p.calls] == [
+        ("ls", {"a": 1}),
+        ("cd", {"folder": "x"}),
+        ("pwd", {}),
+    ]
+    assert p.errors == ()
+
+
+def test_glued_objects_count_against_the_call_cap() -> None:
+    obj = '{"name": "a", "arguments": {}}'
+    assert len(parse_turn(OPEN + obj * MAX_CALLS_PER_TURN + CLOSE).calls) == MAX_CALLS_PER_TURN
+    p = parse_turn(OPEN + obj * (MAX_CALLS_PER_TURN + 1) + CLOSE)
+    assert p.calls == () and "too many" in p.errors[0]
+
+
+@pytest.mark.parametrize("stray", [', {"name": "b", "arguments": {}}', " and then b", '; {"name": "b"}', "]"])
+def test_stray_text_before_the_closing_tag_is_an_error(stray: str) -> None:
+    p = parse_turn(OPEN + '{"name": "a", "arguments": {}}' + stray + CLOSE + OPEN + '{"name": "c"}' + CLOSE)
+    assert [c.name for c in p.calls] == ["a", "c"]
+    assert len(p.errors) == 1 and "unexpected text after a tool call" in p.errors[0]
+    assert stray.strip()[:10] in p.errors[0]
+
+
+def test_glued_second_object_that_is_malformed_is_an_error() -> None:
+    p = parse_turn(OPEN + '{"name": "a", "arguments": {}}{"arguments": {}}' + CLOSE)
+    assert [c.name for c in p.calls] == ["a"] and p.errors == ("tool call has no 'name' string",)
+
+
+def test_env_reports_glued_calls_and_stray_text() -> None:
+    env = make_env("math_python")
+    env.reset(load_tasks("math_python", "train", limit=1)[0])
+    call = '{"name": "python", "arguments": {"code": "print(6*7)"}}'
+    res = env.step(OPEN + call + call + CLOSE)
+    assert [r["content"].strip() for r in res.info["tool_results"]] == ["42", "42"]
+    res = env.step(OPEN + call + " trailing words" + CLOSE)
+    assert len(res.info["tool_results"]) == 1 and "trailing words" in res.observation
+
+
 # ---- regressions: inputs that used to raise out of parse_turn (and so crash env.step) ----------------------
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 

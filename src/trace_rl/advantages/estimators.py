@@ -2,6 +2,9 @@
 
 Defaults match verl's GRPO: unbiased standard deviation (ddof=1), eps = 1e-6 added to the std, and a group of one
 or a group whose values are all equal gets advantage 0 (never a residue of the float mean divided by a tiny std).
+"Equal" means within ``trace_rl.tree.REWARD_ATOL`` (1e-6): rewards 0.3 and 0.1 + 0.2 are one reward, here and in
+`RolloutTree.mixed` / `trace_rl.metrics.effective_ratio`, so a tree counts as effective exactly when it has a
+non-zero advantage.
 `normalize_std=False` drops the division by the std, as in Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like
 Training", arXiv 2503.20783, Sec. 3.1); the centring stays.
 
@@ -17,7 +20,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from trace_rl.tree import RolloutTree
+from trace_rl.tree import REWARD_ATOL, RolloutTree
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -45,7 +48,7 @@ def group_normalize(
         ddof: 1 for the unbiased std (verl's default), 0 for the population std.
 
     Returns:
-        float64 (g,); all zeros when g < 2 or all values are equal.
+        float64 (g,); all zeros when g < 2 or all values are equal (max - min <= ``REWARD_ATOL``, 1e-6).
 
     Raises:
         ValueError: values not 1-D or not finite, or bad options.
@@ -56,7 +59,7 @@ def group_normalize(
         raise ValueError(f"a group must be a 1-D array, got shape {x.shape}")
     if not np.all(np.isfinite(x)):
         raise ValueError("group values must be finite")
-    if x.shape[0] < 2 or x.max() == x.min():
+    if x.shape[0] < 2 or x.max() - x.min() <= REWARD_ATOL:
         return np.zeros(x.shape[0], dtype=np.float64)
     centred: FloatArray = x - x.mean()
     if not normalize_std:

@@ -9,8 +9,8 @@ docs/allocation.md; exactness is also tested against brute force and against the
   in m, so once a prompt is active (m >= L) its value is concave in m; and for every fixed m, P_mix(v, m) grows
   as v moves toward 1/2. Hence (exchange argument) an optimal active set is always a prefix of the prompts sorted
   by |v - 1/2|, and given the active set the rest of the budget is spent greedily on the largest increments.
-  `allocate_roots` sweeps the number of active prompts s and maintains the greedy selection incrementally, which
-  is exact for every s in one pass.
+  `allocate_roots` sorts all increments once, bounds the value of every number of active prompts s from above,
+  and solves exactly (vectorised, `_sweep_boundaries`) only the s whose bound can still reach the best value.
 * Prefix expansion. P_flip(q, k) = 1 - q^k has increments q^k (1-q) that decrease in k (concave), so with equal
   costs the greedy on increments is exact; it is found with a threshold search in log space. With unequal
   integer costs the problem is a bounded knapsack, solved by the exact dynamic program `knapsack_dp`.
@@ -24,7 +24,6 @@ and equals the JavaScript port behind `trace-rl explore` (src/trace_rl/explore/a
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 
 import numpy as np
 import numpy.typing as npt
@@ -54,6 +53,10 @@ def _as_probability_vector(x: npt.ArrayLike, name: str) -> FloatArray:
 
 
 # ------------------------------------------------------------------------------------------ root problem
+_FIRST_CANDIDATES = 4  # numbers of active prompts solved exactly before pruning the others by their bound
+_SWEEP_CHUNK = 64  # surviving numbers of active prompts solved per vectorised sweep
+
+
 def _int_power(x: FloatArray, e: int) -> FloatArray:
     """x**e for a whole e >= 0 by binary exponentiation: IEEE-754 multiplications only, in a fixed order.
 
@@ -92,6 +95,70 @@ def _mixed_increments(v: FloatArray, start: int, width: int) -> FloatArray:
     return out
 
 
+def _greedy_order(inc: FloatArray) -> tuple[IntArray, FloatArray]:
+    """Positions of the increments in the global greedy order: (row of each position, its value), shape (E,).
+
+    Equal to a stable sort of ``-inc.ravel()`` (ties: lower row, then lower count), computed with numpy's
+    fast unstable sort plus a second sort of (tie run, flat index) keys, which is several times quicker.
+    """
+    flat = inc.ravel()
+    order = np.argsort(-flat)
+    val = flat[order]
+    if val.size > 1 and bool(np.any(val[1:] == val[:-1])):
+        run = np.concatenate(([0], np.cumsum(val[1:] != val[:-1])))
+        order = np.sort(run * flat.size + order) % flat.size
+        val = flat[order]
+    rows: IntArray = order // inc.shape[1]
+    return rows, val
+
+
+def _sweep_boundaries(
+    g_rank: IntArray, g_val: FloatArray, s: IntArray, k: IntArray
+) -> tuple[IntArray, FloatArray]:
+    """For every sweep point t: the greedy selection of k[t] increments among the first s[t] prompts.
+
+    The selection is the first k[t] positions of the global order whose row is < s[t]. ``s`` must increase and
+    ``k`` must not increase, with k[t] <= #{positions with row < s[t]}. Returns
+    ``boundary[t]`` (one past the k[t]-th such position; 0 when k[t] == 0; non-increasing in t) and
+    ``chosen[t]`` (the sum of their values), each shape (T,).
+
+    Vectorised instead of walking the boundary position by position: positions are cut into buckets of about
+    sqrt(E); 2-D prefix counts over (prompt, bucket) locate each boundary's bucket and one (T, bucket) block
+    resolves the position inside it. Position p of row r is selected exactly for the points t with
+    s[t] > r and boundary[t] > p, a contiguous range of t, so the sums come from one difference array.
+    """
+    e = g_rank.shape[0]
+    t_count = s.shape[0]
+    boundary = np.zeros(t_count, dtype=np.int64)
+    n_live = int(np.count_nonzero(k > 0))  # the live points are a prefix, since k does not increase
+    if e == 0 or n_live == 0:
+        return boundary, np.zeros(t_count)
+    k_live = k[:n_live]
+    # start[p]: the first point t at which position p is a candidate (its row < s[t]); t_count = never
+    start = np.searchsorted(s, g_rank, side="right").astype(np.int32)
+    w = max(16, math.isqrt(e))
+    n_buckets = -(-e // w)
+    # per_bucket[g, t]: candidates of point t in bucket g; c_cum[g, t]: in buckets <= g
+    cell = (np.arange(e) // w) * (t_count + 1) + start
+    hist = np.bincount(cell, minlength=n_buckets * (t_count + 1)).reshape(n_buckets, t_count + 1)
+    per_bucket = np.cumsum(hist[:, :n_live], axis=1)
+    c_cum = np.cumsum(per_bucket, axis=0)
+    g = (c_cum < k_live[None, :]).sum(axis=0)  # the bucket holding the k-th selected position
+    t_idx = np.arange(n_live)
+    need = k_live - (c_cum[g, t_idx] - per_bucket[g, t_idx])  # >= 1: still needed inside bucket g
+    pad = np.full(n_buckets * w - e, t_count, dtype=np.int32)  # padding is never a candidate
+    on = np.concatenate((start, pad)).reshape(n_buckets, w)[g] <= t_idx[:, None]
+    j = (np.cumsum(on, axis=1, dtype=np.int32) < need[:, None]).sum(axis=1)
+    boundary[:n_live] = g * w + j + 1
+    # sums: position p counts for the points t in [start[p], stop[p]), stop[p] = #{t : boundary[t] > p}
+    stop = t_count - np.searchsorted(boundary[::-1], np.arange(e), side="right")
+    keep = start < stop
+    diff = np.bincount(start[keep], weights=g_val[keep], minlength=t_count + 1)
+    diff -= np.bincount(stop[keep], weights=g_val[keep], minlength=t_count + 1)
+    chosen: FloatArray = np.cumsum(diff[:t_count])
+    return boundary, chosen
+
+
 def allocate_roots(
     v: npt.ArrayLike,
     budget: int,
@@ -109,10 +176,11 @@ def allocate_roots(
                m_i == 0  or  min_rollouts <= m_i <= max_rollouts,
                #{i : m_i > 0} <= max_active.
 
-    Exact (not a heuristic): see the module docstring and docs/allocation.md. Cost O(E log E) with
-    E = P * min(max_rollouts - min_rollouts, budget - min_rollouts * ceil(budget / max_rollouts)); pass
-    ``max_rollouts`` for large budgets. Ties prefer fewer active prompts, then prompts nearer v = 1/2, then
-    lower indices, so the result is deterministic.
+    Exact (not a heuristic): see the module docstring and docs/allocation.md. Cost O(E log E + S sqrt(E))
+    with E = P * min(max_rollouts - min_rollouts, budget - min_rollouts * ceil(budget / max_rollouts)) and S
+    the numbers of active prompts not pruned by the bound (usually 1-4); pass ``max_rollouts`` for large
+    budgets. Ties (objectives within 1e-12 relative) prefer fewer active prompts, then prompts nearer
+    v = 1/2, then lower indices, so the result is deterministic.
 
     Args:
         v: predicted success probability of each candidate prompt, shape (P,), values in [0, 1].
@@ -165,49 +233,40 @@ def allocate_roots(
 
     width = min(cap - low, total - low * s_lo)  # no prompt ever takes more than `width` increments
     if width > 0:
-        inc = _mixed_increments(v_sorted[:s_hi], low, width)  # (s_hi, width)
-        rows = np.repeat(np.arange(s_hi), width)
-        flat = inc.ravel()  # row-major, so a stable sort breaks value ties by row, then column
-        glob = np.argsort(-flat, kind="stable")  # global greedy order
-        g_rank = rows[glob]
-        g_val = flat[glob]
-        position = np.empty(s_hi * width, dtype=np.int64)
-        position[glob] = np.arange(s_hi * width)
-        row_pos = position.reshape(s_hi, width).tolist()  # ascending along each row
-        row_cum = np.concatenate((np.zeros((s_hi, 1)), np.cumsum(inc, axis=1)), axis=1)
+        # Global greedy order of the increments of the first s_hi prompts (value desc, ties: row, then count).
+        g_rank, g_val = _greedy_order(_mixed_increments(v_sorted[:s_hi], low, width))
     else:
-        g_rank = np.zeros(0, dtype=np.int64)
-        g_val = np.zeros(0)
+        g_rank, g_val = np.zeros(0, dtype=np.int64), np.zeros(0)
+    # Value of s active prompts: setup[s] + the sum of the top k_s = B - L*s increments among rows < s.
+    # Bound it above by the top k_s among all rows (one cumulative sum); solve the best bounds exactly, then
+    # solve the s whose bound reaches that value, in increasing s, until no later s can win or tie first.
+    s_all = np.arange(s_lo, s_hi + 1)
+    k_all = total - low * s_all
+    bound = setup[s_all] + np.concatenate(([0.0], np.cumsum(g_val)))[k_all]
+    known: dict[int, tuple[float, int]] = {}  # sweep point -> (exact value, boundary)
 
-    # Selection for s active prompts = the first k_s = B - L*s elements (global order) among rows < s.
-    k = total - low * s_lo
-    on = g_rank < s_lo
-    if k > 0:
-        cum_on = np.cumsum(on)
-        boundary = int(np.searchsorted(cum_on, k)) + 1  # P: one past the k-th selected element
-    else:
-        boundary = 0
-    picked = g_val[:boundary][on[:boundary]]
-    chosen = float(np.cumsum(picked)[-1]) if picked.size else 0.0  # left-to-right sum, as in the JS port
-    count = k
-    best_s, best_boundary = s_lo, boundary
-    best_value = setup[s_lo] + chosen
-    ranks = g_rank.tolist()
-    vals = g_val.tolist()
-    for s in range(s_lo, s_hi):  # move from s to s + 1 active prompts: row s joins, L units leave the pool
-        if width > 0:
-            a = bisect_left(row_pos[s], boundary) if boundary else 0
-            chosen += float(row_cum[s, a])
-            count += a
-        target = k - low * (s + 1 - s_lo)
-        while count > target:
-            boundary -= 1
-            if ranks[boundary] <= s:
-                count -= 1
-                chosen -= vals[boundary]
-        value = setup[s + 1] + chosen
-        if value > best_value + 1e-12 * max(1.0, abs(best_value)):
-            best_s, best_boundary, best_value = s + 1, boundary, value
+    def solve(points: IntArray) -> None:
+        boundary, chosen = _sweep_boundaries(g_rank, g_val, s_all[points], k_all[points])
+        values = setup[s_all[points]] + chosen
+        known.update(zip(points.tolist(), zip(values.tolist(), boundary.tolist(), strict=True), strict=True))
+
+    def best() -> tuple[float, int]:  # (best value, smallest point within rounding of it)
+        top = max(value for value, _ in known.values())
+        tie = top - 1e-12 * max(1.0, abs(top))
+        return top, min(t for t, (value, _) in known.items() if value >= tie)
+
+    solve(np.sort(np.argsort(-bound, kind="stable")[:_FIRST_CANDIDATES]))
+    floor = best()[0]
+    alive = np.flatnonzero(bound >= floor - 1e-9 * max(1.0, abs(floor)))
+    todo = alive[[t not in known for t in alive.tolist()]]
+    for start in range(0, todo.size, _SWEEP_CHUNK):
+        solve(todo[start : start + _SWEEP_CHUNK])
+        top, pick = best()
+        rest = todo[start + _SWEEP_CHUNK :]
+        if rest.size and float(bound[rest].max()) <= top and pick < int(rest[0]):
+            break  # later points can neither beat the best nor win a tie (they have more active prompts)
+    pick = best()[1]
+    best_s, best_boundary = int(s_all[pick]), known[pick][1]
 
     counts_sorted = np.zeros(n, dtype=np.int64)
     counts_sorted[:best_s] = low

@@ -40,10 +40,11 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(
         preset=args.preset if args.preset or args.config else "demo", file=args.config, overrides=overrides
     )
+    from trace_rl.cli.main import output_folder
     from trace_rl.metrics.report import write_report
     from trace_rl.train.compare import compare
 
-    result = compare(cfg, methods, args.seeds, args.out, jobs=args.jobs)
+    result = compare(cfg, methods, args.seeds, output_folder(args.out), jobs=args.jobs)
     for name, row in result["methods"].items():
         print(
             f"{name:18s} effective_ratio={row.get('effective_ratio', float('nan')):.3f} "

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from typing import Any
 
@@ -92,9 +91,9 @@ def run_plot_cmd(args: argparse.Namespace) -> int:
 
     if args.seeds < 1:
         raise ValueError(f"--seeds must be at least 1; got {args.seeds}")
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise ValueError(f"--out {args.out!r} exists and is not a directory")
-    for path in write_plots(args.out, seeds=args.seeds):
+    from trace_rl.cli.main import output_folder
+
+    for path in write_plots(output_folder(args.out), seeds=args.seeds):
         print(path)
     return 0
 

@@ -19,7 +19,7 @@ def register(sub: Any) -> None:
         "--preset", default=None, help="a shipped preset (smoke, demo, smollm2-math, bfcl, multihop_qa)"
     )
     src.add_argument("--config", default=None, metavar="FILE", help="a YAML config file")
-    src.add_argument(
+    p.add_argument(  # not in the group: combined with --preset/--config it gets its own one-line error
         "--resume", default=None, metavar="DIR", help="continue the run in DIR from its last checkpoint"
     )
     p.add_argument(
@@ -58,12 +58,15 @@ def overrides_from(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trace_rl.cli.main import UsageError
+    from trace_rl.cli.main import UsageError, output_folder
     from trace_rl.train.config import load_config
 
     if args.resume:
         from trace_rl.train.run import resume_config, train
 
+        if args.preset or args.config:
+            given = f"--preset {args.preset}" if args.preset else f"--config {args.config}"
+            raise UsageError(f"--resume DIR continues the run with its saved config; do not pass {given}")
         if args.out and args.out != args.resume:
             raise UsageError("--resume DIR continues the run in DIR; do not pass a different --out")
         if args.overwrite:
@@ -71,10 +74,16 @@ def run(args: argparse.Namespace) -> int:
         if overrides_from(args):
             raise UsageError("--resume continues a run with its saved config; overrides are not allowed")
         cfg = resume_config(args.resume)
+        done = _completed_step(args.resume)
+        if done is not None and done >= cfg.steps:
+            print(f"the run in {args.resume} is complete ({done}/{cfg.steps} steps); nothing to resume")
+            print(summary_line(args.resume))
+            return 0
         train(cfg, args.resume, resume=True, progress=not args.no_progress)
         return _finish(args.resume)
     if not args.out:
         raise UsageError("--out DIR is required (or --resume DIR)")
+    output_folder(args.out)
     cfg = load_config(
         preset=args.preset if args.preset or args.config else "demo",
         file=args.config,
@@ -84,6 +93,17 @@ def run(args: argparse.Namespace) -> int:
 
     train(cfg, args.out, progress=not args.no_progress, overwrite=args.overwrite)
     return _finish(args.out)
+
+
+def _completed_step(out: str) -> int | None:
+    """Step of the newest complete checkpoint under ``out`` when it can be loaded, else None (a resume then
+    falls back to an older checkpoint and redoes the steps after it)."""
+    from trace_rl.train.checkpoint import checkpoint_problem, checkpoint_step, complete_checkpoints
+
+    ckpts = complete_checkpoints(out)
+    if not ckpts or checkpoint_problem(ckpts[-1]) is not None:
+        return None
+    return checkpoint_step(ckpts[-1])
 
 
 def _finish(out: str) -> int:

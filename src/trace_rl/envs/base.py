@@ -10,6 +10,9 @@ or a final answer ``<answer>4</answer>``.
 
 Parsing decisions for the shapes seen in the wild (each on purpose):
 - several ``<tool_call>`` blocks in one turn: all run, in order (up to ``MAX_CALLS_PER_TURN``, more is an error);
+- several JSON objects back to back (whitespace between them) inside one block: each is a call, run in order,
+  and each counts as a block against ``MAX_CALLS_PER_TURN``; any other text between a decoded object and
+  its closing tag is an error (reported in the observation; the calls decoded before it still run);
 - calls inside code fences and text after the call: accepted (the tags are explicit);
 - a closing tag inside a string argument: the JSON object is parsed with ``raw_decode`` from its opening
   brace, so a ``</tool_call>`` inside a string does not cut it;
@@ -226,15 +229,20 @@ def _parse_turn(text: str) -> ParsedTurn:
     errors: list[str] = []
     pos = 0
     blocks = 0
+    glued = False  # the next object starts right at `pos`, inside the block of the previous one
     while True:
-        start = visible.find(_CALL_OPEN, pos)
-        if start < 0:
-            break
+        if glued:
+            body_start = pos
+        else:
+            start = visible.find(_CALL_OPEN, pos)
+            if start < 0:
+                break
+            body_start = start + len(_CALL_OPEN)
         if blocks == MAX_CALLS_PER_TURN:
             errors.append(f"too many tool calls in one turn (more than {MAX_CALLS_PER_TURN})")
             return ParsedTurn((), answer, tuple(errors))
         blocks += 1
-        body_start = start + len(_CALL_OPEN)
+        glued = False
         brace = visible.find("{", body_start)
         close = visible.find(_CALL_CLOSE, body_start)
         if brace < 0 or (close >= 0 and visible[body_start:brace].strip()):
@@ -257,6 +265,16 @@ def _parse_turn(text: str) -> ParsedTurn:
         pos = after + (len(rest) - len(stripped))
         if stripped.startswith(_CALL_CLOSE):
             pos += len(_CALL_CLOSE)
+        elif stripped.startswith("{"):
+            glued = True  # objects back to back in one block: each is a call (and a block against the cap)
+        else:
+            close = visible.find(_CALL_CLOSE, pos)
+            reopen = visible.find(_CALL_OPEN, pos)
+            if close >= 0 and (reopen < 0 or close < reopen):  # stray text before this block's closing tag
+                errors.append(
+                    f"unexpected text after a tool call, before </tool_call>: {visible[pos:close][:40]!r}"
+                )
+                pos = close + len(_CALL_CLOSE)
     return ParsedTurn(tuple(calls), answer, tuple(errors))
 
 

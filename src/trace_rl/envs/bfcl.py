@@ -7,13 +7,16 @@ that step's observation with ``info["role"] == "user"`` (for miss_func, the turn
 functions brings BFCL's message "I have updated some more functions ..." and ``info["new_tools"]``, the
 schemas to add to the tool list). After the last user turn the episode ends with the reward.
 
-Reward (equivalent to bfcl-eval's multi_turn_checker + multi_turn_irrelevance_checker): at the end of each
-user turn t, the ground-truth calls of turn t run on a ground-truth copy of the APIs; if that turn has
-ground truth, the model must have made calls in it, every public attribute of every API instance must
-equal the ground-truth instance's (state check), and every ground-truth execution result of turn t must
-appear among the model's execution results of turns 0..t (response check, as a multiset); if the turn's
-ground truth is empty (a missing function or parameter), the model must make no call in it. Reward 1 when
-every turn passes, else 0; by default the episode stops at the first failing turn (``stop_on_failure``).
+Reward (by default equal to bfcl-eval 2026.3.23's ``multi_turn_checker``, which is what its eval runner
+scores multi-turn entries with): at the end of each user turn t, the ground-truth calls of turn t run on a
+ground-truth copy of the APIs; if that turn has ground truth, the model must have made calls in it, every
+public attribute of every API instance must equal the ground-truth instance's (state check), and every
+ground-truth execution result of turn t must appear among the model's execution results of turns 0..t
+(response check, as a multiset). A turn whose ground truth is empty (a missing function or parameter) is not
+checked; its calls still run. ``strict_irrelevance=True`` adds bfcl-eval's ``multi_turn_irrelevance_checker``
+rule, which its runner imports but does not apply: such a turn must contain no call. Reward 1 when every turn
+passes, else 0; by default the episode stops at the first failing turn (``stop_on_failure``).
+``trace_rl.envs.bfcl_parity`` runs the official checker on the same calls (tests and benchmarks/bfcl_parity.py).
 
 Differences from bfcl-eval's executor, on purpose: API classes are instantiated per episode from a deep copy
 of the task's initial config (never module globals), calls are dispatched by name to the public methods the
@@ -307,13 +310,27 @@ class BfclEnv:
     name = ENV_NAME
 
     def __init__(
-        self, *, max_steps_per_turn: int = 20, max_turns: int = 100, stop_on_failure: bool = True
+        self,
+        *,
+        max_steps_per_turn: int = 20,
+        max_turns: int = 100,
+        stop_on_failure: bool = True,
+        strict_irrelevance: bool = False,
     ) -> None:
+        """Args: ``max_steps_per_turn`` (steps with calls allowed per user turn, BFCL's 20: one more ends the
+        episode with 0, as bfcl-eval's forced termination), ``max_turns`` (assistant steps per
+        episode), ``stop_on_failure`` (end the episode at the first failing user turn), ``strict_irrelevance``
+        (a user turn with empty ground truth fails when it contains a call; off in bfcl-eval's scoring).
+
+        Raises:
+            ValueError: a limit below 1.
+        """
         if max_steps_per_turn < 1 or max_turns < 1:
             raise ValueError("max_steps_per_turn and max_turns must be >= 1")
         self.max_steps_per_turn = max_steps_per_turn
         self.max_turns = max_turns
         self.stop_on_failure = stop_on_failure
+        self.strict_irrelevance = strict_irrelevance
         self._state: BfclState | None = None
 
     @property
@@ -371,12 +388,15 @@ class BfclEnv:
             info["role"] = "user"
             info["error"] = "; ".join(parsed.errors)
             return self._limit_check(f"Error: {info['error']}. {FORMAT_HELP}", info)
-        # No tool call: the assistant's response to this user turn is complete.
+        # No tool call (or an answer, which wins over calls): this user turn's response is complete.
+        if parsed.calls:
+            info["ignored_calls"] = [c.name for c in parsed.calls]
         return self._end_user_turn(info)
 
     def _limit_check(self, observation: str, info: dict[str, Any]) -> StepResult:
         st = self.state
-        if st.steps_in_turn >= self.max_steps_per_turn or st.total_steps >= self.max_turns:
+        # BFCL's MAXIMUM_STEP_LIMIT: 20 steps with calls are allowed, the 21st forces the end (score 0)
+        if st.steps_in_turn > self.max_steps_per_turn or st.total_steps >= self.max_turns:
             st.done = True
             info["truncated"] = True
             st.failure = st.failure or "step limit reached"
@@ -420,7 +440,9 @@ class BfclEnv:
             arguments = _bind(st.truth_instances, name, args, kwargs)
             truth_results.append(execute_call(st.truth_instances, name, arguments, {name}))
         if not truth_calls:
-            return f"turn {st.turn_index}: calls made where none should be" if st.current_calls else None
+            if self.strict_irrelevance and st.current_calls:
+                return f"turn {st.turn_index}: calls made where none should be"
+            return None
         if not st.current_calls:
             return f"turn {st.turn_index}: no function call made"
         for cls_name, truth_inst in st.truth_instances.items():

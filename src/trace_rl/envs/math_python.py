@@ -16,6 +16,7 @@ import functools
 import json
 import math
 import re
+from decimal import Decimal
 from importlib import resources
 from typing import Any
 
@@ -157,16 +158,59 @@ def load_eval_tasks(
 
 # ---- scoring ------------------------------------------------------------------------------------------
 
-_NUM_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+# A number token: optional sign, digits plain or grouped in threes by commas, optional decimals and exponent.
+_NUMBER = r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][+-]?\d+)?"
+_BARE_RE = re.compile(rf"{_NUMBER}|[+-]?\.\d+")
+# In prose: a whole word (no letter, digit, decimal point or digit group glued to either side); a sign only
+# where it cannot be a binary minus or plus (not after a letter, digit or closing bracket).
+_PROSE_RE = re.compile(rf"(?<![\w.,)\]}}])(?<![\d],)(?:{_NUMBER})(?!\w|[.,]\d)")
+_PROSE_CHARS = re.compile(r"[A-Za-z\s.,:;!?'\"$]*")  # what prose around the number may consist of
+_SEPARATORS = {"{,}": ",", "\u2009": ",", "\u202f": ",", "\u2212": "-", "\u2013": "-"}
 
 
-def _as_number(text: str) -> float | None:
-    t = text.strip().replace(",", "").replace(" ", "").rstrip(".")
+def parse_answer_number(text: str, *, prose: bool = False) -> Decimal | None:
+    """The number an answer states, or None; the rule behind math_python's numeric reward (issue 16).
+
+    Bare numbers: ``1234``, ``-1,234`` (commas only as thousands separators: groups of exactly three digits),
+    ``+1234.50``, ``1.5e3``, ``.5``; LaTeX ``1{,}234``, thin-space grouping and the Unicode minus are read
+    the same way; ``$...$`` around it, a trailing full stop and everything up to the last ``=`` are dropped.
+    ``1,23`` or ``1,2,3`` is not a number (a list or a typo, never 123).
+
+    With ``prose=True`` a sentence is read too: when the text (after the last ``=``) is words and punctuation
+    around number tokens that all have the same value (``"The answer is 1,234."``), that value; several
+    different numbers (``"12 apples and 30 pears"``), or any other symbol (``\\sqrt{5}``, ``5^2``, ``5%``,
+    ``7/2``), give None, so no reward is granted on a guess among several numbers or an expression.
+
+    Returns:
+        the value as a Decimal (exact; compare with `numbers_match`), or None.
+    """
+    t = text.strip()
+    for old, new in _SEPARATORS.items():
+        t = t.replace(old, new)
     if "=" in t:
-        t = t.rsplit("=", 1)[1]
-    if t.startswith("$") and t.endswith("$"):
-        t = t.strip("$")
-    return float(t) if _NUM_RE.match(t) else None
+        t = t.rsplit("=", 1)[1].strip()
+    if len(t) > 1 and t.startswith("$") and t.endswith("$"):
+        t = t.strip("$").strip()
+    t = t.removesuffix(".").strip()
+    if _BARE_RE.fullmatch(t):
+        return Decimal(t.replace(",", ""))
+    if not prose:
+        return None
+    tokens = _PROSE_RE.findall(t)
+    if not tokens or not _PROSE_CHARS.fullmatch(_PROSE_RE.sub(" ", t)):
+        return None
+    values = {Decimal(tok.replace(",", "")) for tok in tokens}
+    return values.pop() if len(values) == 1 else None
+
+
+def numbers_match(a: Decimal, b: Decimal) -> bool:
+    """Equal values: exactly for integers (``1234`` vs ``1234.0`` match, big integers never by rounding),
+    else within a relative 1e-9."""
+    if a == b:
+        return True
+    if a == a.to_integral_value() and b == b.to_integral_value():
+        return False
+    return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b)))
 
 
 def _normalise(text: str) -> str:
@@ -176,24 +220,31 @@ def _normalise(text: str) -> str:
 def score_reasoning_gym(task: Task, answer: str) -> tuple[float, dict[str, Any]]:
     """Binary reward for a reasoning-gym task.
 
-    1.0 when the normalised answer equals the gold answer exactly, or when the generator's scorer returns
-    exactly 1.0 and, for a numeric gold answer, the answer's number equals it (relative tolerance 1e-9).
-    The scorer's own value is logged as ``info["rg_score"]``; a scorer that raises counts as 0.
+    1.0 when the normalised answer equals the gold answer exactly; or, for a numeric gold answer, when the
+    number the answer states (`parse_answer_number` with ``prose=True``: signs, thousands separators, one
+    number in a sentence) equals it (`numbers_match`), whatever the generator's scorer says; or, for a
+    non-numeric gold, when the generator's scorer returns exactly 1.0. For a numeric gold the scorer's 1.0
+    alone is not enough (its partial credit and loose parsing never grant a reward). The scorer's own value is
+    logged as ``info["rg_score"]`` (``info["numeric"]`` says the number rule decided); a scorer that raises
+    counts as 0.
     """
     gold = task.answer or ""
     if _normalise(answer) == _normalise(gold):
         return 1.0, {"rg_score": 1.0, "exact": True}
+    info: dict[str, Any] = {"exact": False}
     try:
         ds, entry = _entry(task)
-        raw = float(ds.score_answer(answer, entry))
+        info["rg_score"] = float(ds.score_answer(answer, entry))
     except Exception as exc:  # the scorer must never crash an episode
-        return 0.0, {"rg_score": 0.0, "score_error": f"{type(exc).__name__}: {exc}"}
-    ok = raw >= 1.0
-    gold_num = _as_number(gold)
-    if ok and gold_num is not None:
-        got = _as_number(answer)
-        ok = got is not None and abs(got - gold_num) <= 1e-9 * max(1.0, abs(gold_num))
-    return (1.0 if ok else 0.0), {"rg_score": raw, "exact": False}
+        info.update(rg_score=0.0, score_error=f"{type(exc).__name__}: {exc}")
+    gold_num = parse_answer_number(gold)
+    info["numeric"] = gold_num is not None
+    if gold_num is None:
+        ok = info["rg_score"] >= 1.0
+    else:
+        got = parse_answer_number(answer, prose=True)
+        ok = got is not None and numbers_match(got, gold_num)
+    return (1.0 if ok else 0.0), info
 
 
 MAX_VERIFY_CHARS = 256
@@ -214,9 +265,9 @@ def math_answers_match(answer: str, gold: str) -> bool:
     """
     if _normalise(answer) == _normalise(gold):
         return True
-    a, g = _as_number(answer), _as_number(gold)
+    a, g = parse_answer_number(answer, prose=True), parse_answer_number(gold)
     if a is not None and g is not None:
-        return abs(a - g) <= 1e-9 * max(1.0, abs(g))
+        return numbers_match(a, g)
     if len(answer) > MAX_VERIFY_CHARS or len(gold) > MAX_VERIFY_CHARS:
         return False
     from math_verify import parse, verify
@@ -381,7 +432,9 @@ class MathPythonEnv(AnswerEnv):
         if res.timed_out:
             out += f"\n[timed out after {self.timeout_s:g} s]"
         elif res.truncated:
-            out += "\n[output truncated]"
+            more = "more than " if res.output_stopped else ""
+            dropped = res.stdout_dropped + res.stderr_dropped
+            out += f"\n[output truncated: {more}{dropped:,} bytes not shown]"
         return out.strip() or "(no output)"
 
     def score(self, task: Task, answer: str) -> tuple[float, dict[str, Any]]:

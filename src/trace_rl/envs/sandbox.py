@@ -4,16 +4,20 @@ Two isolating backends, chosen automatically (``backend="auto"``), in this order
 
 1. ``bwrap`` (bubblewrap): ``--unshare-all`` (no network, own pid/ipc/uts/user namespaces), read-only binds
    of /usr and the interpreter's prefix, a private tmpfs /tmp, fresh /proc and a minimal /dev,
-   ``--die-with-parent``, ``--new-session``, ``--clearenv``; run as uid/gid 65534.
+   ``--die-with-parent``, ``--new-session``, ``--clearenv``; run as a uid of the call's own (root caller)
+   or uid 65534 in the call's own user namespace (non-root caller).
 2. ``unshare``: ``unshare --mount --net --pid --ipc --uts --fork --kill-child`` builds the same minimal root
    inside its private mount namespace (tmpfs root, read-only /usr and interpreter prefix, private /tmp, fresh
-   /proc), chroots into it and drops to uid/gid 65534 with ``setpriv``. It needs root (or CAP_SYS_ADMIN); it
+   /proc), chroots into it and drops to the call's own uid/gid with ``setpriv``. It needs root (or CAP_SYS_ADMIN); it
    is what runs where bubblewrap is not installed.
 
 Both apply ``prlimit`` limits inside the sandbox: address space (``memory_mb``), CPU seconds, processes
-(RLIMIT_NPROC, counted for uid 65534), file size and no core dumps. Around them the caller enforces a
-wall-clock timeout and an output cap: on either it kills the launcher's whole process group, and the
-launcher's death tears down the sandbox's pid namespace (every process in it, background ones included).
+(RLIMIT_NPROC, counted per call: see `_call_uid`), file size and no core dumps. Around them the caller enforces a
+wall-clock timeout and an output cap: output past the cap is counted, not kept (the result says how many
+bytes were dropped, and a cut never splits a UTF-8 character), and past ``MAX_DRAIN_BYTES`` of it, or at the
+timeout, the caller kills the launcher's whole process group; the launcher's death tears down the sandbox's
+pid namespace (every process in it, background ones included). Every call has its own process budget
+(`_call_uid`), so one call's fork bomb cannot make concurrent calls fail to start processes or threads.
 The launcher starts with an empty environment so nothing of the caller's environment is visible anywhere.
 
 Only the interpreter's standard library is available inside (``python -I -S``: no site-packages, no project
@@ -23,8 +27,12 @@ never a silent fallback. ``run_python`` raises RuntimeError when no isolating ba
 
 from __future__ import annotations
 
+import codecs
+import contextlib
+import fcntl
 import functools
 import os
+import random
 import select
 import shutil
 import signal
@@ -32,16 +40,21 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
 Backend = Literal["auto", "bwrap", "unshare", "none"]
 
 NOBODY = 65534
-# Processes per sandbox user (RLIMIT_NPROC counts threads too). Stops fork bombs early; shared by concurrent
-# sandboxes running as the same uid, hence generous.
+# Processes (RLIMIT_NPROC counts threads too) per sandboxed call: every call has its own budget (a uid of its
+# own for a root caller, a user namespace of its own otherwise), so a fork bomb in one call cannot starve another.
 DEFAULT_MAX_PROCS = 64
-DEFAULT_MAX_OUTPUT = 64 * 1024  # bytes kept per stream; more output kills the run
+CALL_UIDS = range(1_000_000_000, 1_001_000_000)
+"""uids (and gids) a root caller's sandboxed calls run as, one per concurrent call on the machine."""
+DEFAULT_MAX_OUTPUT = 64 * 1024  # bytes kept per stream
+MAX_DRAIN_BYTES = 16 * 1024 * 1024
+"""Output beyond the cap is read and counted, not kept, up to this many bytes (both streams); more kills the run."""
 TMP_SIZE_MB = 64
 
 
@@ -50,12 +63,17 @@ class ExecResult:
     """Outcome of one sandboxed run.
 
     Attributes:
-        stdout: decoded standard output (UTF-8, errors replaced), at most ``max_output_bytes`` bytes.
+        stdout: decoded standard output (UTF-8, errors replaced), at most ``max_output_bytes`` bytes; a cut
+            never splits a multi-byte character (the partial character counts as dropped).
         stderr: decoded standard error, same cap.
         returncode: exit status; negative = killed by that signal (for example -9 after a timeout).
         timed_out: True when the wall-clock timeout killed the run.
-        truncated: True when output beyond the cap was produced (the run was killed at that point).
+        truncated: True when output beyond the cap was produced (``stdout_dropped + stderr_dropped > 0``).
         backend: the sandbox backend that ran the code ("bwrap", "unshare" or "none").
+        stdout_dropped: bytes of standard output produced but not kept (0 when nothing was cut).
+        stderr_dropped: the same for standard error.
+        output_stopped: True when the dropped output passed ``MAX_DRAIN_BYTES`` and the run was killed for
+            it; the dropped counts are then lower bounds.
     """
 
     stdout: str
@@ -64,6 +82,9 @@ class ExecResult:
     timed_out: bool
     truncated: bool = False
     backend: str = ""
+    stdout_dropped: int = 0
+    stderr_dropped: int = 0
+    output_stopped: bool = False
 
 
 def _python_paths() -> tuple[str, str]:
@@ -97,11 +118,12 @@ def _prlimit_args(timeout_s: float, memory_mb: int, max_procs: int) -> list[str]
     ]
 
 
-def _bwrap_command(python: str, prefix: str, limits: list[str]) -> list[str]:
+def _bwrap_command(python: str, prefix: str, limits: list[str], uid: int) -> list[str]:
     # RLIMIT_NPROC is not enforced for processes that are host uid 0, and bwrap's own user namespace maps
     # the sandbox uid to the caller's uid. So a root caller keeps the initial user namespace and drops to
-    # uid 65534 with setpriv inside (the process limit then holds, as in the unshare backend); a non-root
-    # caller uses a user namespace (its processes are counted against its own, non-root uid).
+    # this call's own uid with setpriv inside (the process limit then holds per call, as in the unshare
+    # backend); a non-root caller uses a user namespace per call (the kernel counts RLIMIT_NPROC per user
+    # namespace, so each call has its own budget; all of them together are bounded by the caller's limit).
     root = os.geteuid() == 0
     cmd = [
         "bwrap",
@@ -116,8 +138,8 @@ def _bwrap_command(python: str, prefix: str, limits: list[str]) -> list[str]:
         cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         drop = [
             "setpriv",
-            f"--reuid={NOBODY}",
-            f"--regid={NOBODY}",
+            f"--reuid={uid}",
+            f"--regid={uid}",
             "--clear-groups",
             "--inh-caps=-all",
             "--bounding-set=-all",
@@ -157,7 +179,7 @@ def _bwrap_command(python: str, prefix: str, limits: list[str]) -> list[str]:
 # Runs as root inside fresh mount/pid/net namespaces: builds a minimal read-only root and enters it.
 _UNSHARE_SCRIPT = r"""
 set -eu
-R="$1"; PREFIX="$2"; PY="$3"; shift 3
+R="$1"; PREFIX="$2"; PY="$3"; ID="$4"; shift 4
 mount -t tmpfs -o size=1m,mode=755 sandbox-root "$R"
 mkdir -p "$R/usr" "$R/proc" "$R/dev" "$R/tmp"
 mount --bind /usr "$R/usr"; mount -o remount,bind,ro,nosuid,nodev "$R/usr"
@@ -173,12 +195,12 @@ for n in null zero urandom random; do touch "$R/dev/$n"; mount --bind "/dev/$n" 
 mount -t tmpfs -o size=__TMP_SIZE__m,mode=1777,nosuid,nodev sandbox-tmp "$R/tmp"
 mount -o remount,ro,bind "$R"
 cd "$R/tmp"
-exec chroot "$R" setpriv --reuid=__UID__ --regid=__UID__ --clear-groups --inh-caps=-all --bounding-set=-all \
+exec chroot "$R" setpriv --reuid="$ID" --regid="$ID" --clear-groups --inh-caps=-all --bounding-set=-all \
   -- /usr/bin/env -i PATH=/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 "$@" "$PY" -I -S -
-""".replace("__TMP_SIZE__", str(TMP_SIZE_MB)).replace("__UID__", str(NOBODY))
+""".replace("__TMP_SIZE__", str(TMP_SIZE_MB))
 
 
-def _unshare_command(python: str, prefix: str, limits: list[str], root_dir: str) -> list[str]:
+def _unshare_command(python: str, prefix: str, limits: list[str], root_dir: str, uid: int) -> list[str]:
     return [
         "unshare",
         "--mount",
@@ -197,8 +219,47 @@ def _unshare_command(python: str, prefix: str, limits: list[str], root_dir: str)
         root_dir,
         prefix,
         python,
+        str(uid),
         *limits,
     ]
+
+
+@contextlib.contextmanager
+def _call_uid() -> Iterator[int]:
+    """The uid one sandboxed call runs as, held for the duration of the call.
+
+    A root caller gets a uid from ``CALL_UIDS`` that no other call on this machine holds (an exclusive
+    ``flock`` on a file named after it, in any process): RLIMIT_NPROC counts processes per uid, so this gives
+    every call its own process budget. A non-root caller gets ``NOBODY`` inside its own user namespace.
+
+    Raises:
+        RuntimeError: no free uid after many tries (more concurrent calls than the range allows).
+    """
+    if os.geteuid() != 0:
+        yield NOBODY
+        return
+    lock_dir = os.path.join(tempfile.gettempdir(), "trace-rl-sandbox-uids")
+    os.makedirs(lock_dir, mode=0o700, exist_ok=True)
+    for _ in range(1000):
+        uid = random.choice(CALL_UIDS)
+        path = os.path.join(lock_dir, str(uid))
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            mine = os.fstat(fd).st_ino == os.stat(path).st_ino  # not unlinked by its last holder meanwhile
+        except OSError:  # held by another call (or the file vanished between open and stat)
+            mine = False
+        if not mine:
+            os.close(fd)
+            continue
+        try:
+            yield uid
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # while still locked: a later opener of this path creates a fresh file
+            os.close(fd)
+        return
+    raise RuntimeError("no free sandbox uid: too many concurrent sandboxed calls")
 
 
 def _no_core_dumps(cmd: list[str]) -> list[str]:
@@ -228,9 +289,10 @@ def _run(cmd: list[str], code: str, timeout_s: float, max_output_bytes: int, bac
         pass
     out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
     bufs: dict[int, bytearray] = {out_fd: bytearray(), err_fd: bytearray()}
+    dropped = {out_fd: 0, err_fd: 0}
     open_fds = set(bufs)
     deadline = time.monotonic() + timeout_s
-    timed_out = truncated = False
+    timed_out = stopped = False
     while open_fds:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -243,13 +305,13 @@ def _run(cmd: list[str], code: str, timeout_s: float, max_output_bytes: int, bac
                 open_fds.discard(fd)
                 continue
             buf = bufs[fd]
-            room = max_output_bytes - len(buf)
-            buf += chunk[: max(room, 0)]
-            if len(chunk) > room:
-                truncated = True
-        if truncated:
+            room = max(max_output_bytes - len(buf), 0)
+            buf += chunk[:room]
+            dropped[fd] += max(len(chunk) - room, 0)  # counted, not kept
+        if sum(dropped.values()) > MAX_DRAIN_BYTES:
+            stopped = True
             break
-    if timed_out or truncated:
+    if timed_out or stopped:
         _kill_group(proc)
     # Wait for the launcher WITHOUT reaping it (WNOWAIT), kill what is left of its process group, then reap:
     # signalling a group after its leader was reaped could hit an unrelated group that reused the pid.
@@ -264,15 +326,26 @@ def _run(cmd: list[str], code: str, timeout_s: float, max_output_bytes: int, bac
     returncode = proc.wait()
     proc.stdout.close()
     proc.stderr.close()
-    out, err = bytes(bufs[out_fd]), bytes(bufs[err_fd])
+    (stdout, out_cut), (stderr, err_cut) = (_decode(bufs[fd], cut=dropped[fd] > 0) for fd in (out_fd, err_fd))
     return ExecResult(
-        stdout=out.decode("utf-8", errors="replace"),
-        stderr=err.decode("utf-8", errors="replace"),
+        stdout=stdout,
+        stderr=stderr,
         returncode=returncode,
         timed_out=timed_out,
-        truncated=truncated,
+        truncated=dropped[out_fd] + dropped[err_fd] > 0,
         backend=backend,
+        stdout_dropped=dropped[out_fd] + out_cut,
+        stderr_dropped=dropped[err_fd] + err_cut,
+        output_stopped=stopped,
     )
+
+
+def _decode(data: bytes | bytearray, *, cut: bool) -> tuple[str, int]:
+    """UTF-8 text of a stream (invalid bytes replaced) and the bytes of a partial last character dropped
+    because the stream was cut there (0 when it was not cut: the program's own partial bytes are replaced)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    text = decoder.decode(bytes(data), final=not cut)
+    return text, len(decoder.getstate()[0])
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -310,11 +383,13 @@ def _run_with(
     python, prefix = _python_paths()
     limits = _prlimit_args(timeout_s, memory_mb, max_procs)
     if backend == "bwrap":
-        return _run(_bwrap_command(python, prefix, limits), code, timeout_s, max_output_bytes, backend)
+        with _call_uid() as uid:
+            cmd = _bwrap_command(python, prefix, limits, uid)
+            return _run(cmd, code, timeout_s, max_output_bytes, backend)
     if backend == "unshare":
-        with tempfile.TemporaryDirectory(prefix="trace-rl-sandbox-") as root_dir:
+        with tempfile.TemporaryDirectory(prefix="trace-rl-sandbox-") as root_dir, _call_uid() as uid:
             os.chmod(root_dir, 0o755)
-            cmd = _unshare_command(python, prefix, limits, root_dir)
+            cmd = _unshare_command(python, prefix, limits, root_dir, uid)
             return _run(cmd, code, timeout_s, max_output_bytes, backend)
     if backend == "none":
         # Limits and an empty environment only; no isolation (explicit opt-in by the caller).
@@ -341,7 +416,9 @@ def run_python(
         backend: "auto" (bwrap, else unshare), "bwrap", "unshare", or "none" (NO isolation, only limits and
             an empty environment: must be asked for explicitly).
         max_procs: RLIMIT_NPROC for the sandbox user.
-        max_output_bytes: bytes kept per stream; producing more kills the run and sets ``truncated``.
+        max_output_bytes: bytes kept per stream. Output beyond it is counted (``stdout_dropped`` /
+            ``stderr_dropped``, ``truncated``) while the run goes on; past ``MAX_DRAIN_BYTES`` of dropped
+            output the run is killed (``output_stopped``).
 
     Returns:
         ExecResult. Errors of the code itself (exceptions, limits hit) show in returncode and stderr.

@@ -22,12 +22,14 @@ def _check_trees(trees: Sequence[RolloutTree]) -> None:
 
 
 def is_effective(tree: RolloutTree) -> bool:
-    """True when the tree's leaf rewards are not all equal (binary rewards: a success and a failure)."""
+    """True when the tree's leaf rewards are not all equal (binary rewards: a success and a failure); rewards
+    within ``trace_rl.tree.REWARD_ATOL`` (1e-6) are equal, as in the advantage estimators."""
     return bool(tree.mixed()[0])
 
 
 def effective_ratio(trees: Sequence[RolloutTree]) -> float:
-    """Share of trees whose leaves hold both a success and a failure (non-binary rewards: not all equal).
+    """Share of trees whose leaves hold both a success and a failure (non-binary rewards: not all equal, up to
+    ``trace_rl.tree.REWARD_ATOL`` = 1e-6; the same rule gives a tree non-zero advantages).
 
     Args:
         trees: one tree per active prompt.

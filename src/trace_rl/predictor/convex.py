@@ -6,11 +6,13 @@ offline to convergence), while the difficulty of a prompt is often readable from
 This predictor therefore
 
 1. maps each text to fixed features: character n-gram counts (``HashingVectorizer``; nothing to train, nothing to
-   go stale) and, optionally, the mean-pooled embedding of a frozen pretrained encoder (all-MiniLM-L6-v2),
-   cached per text;
+   go stale) and, optionally, the mean-pooled embedding of a frozen pretrained encoder (all-MiniLM-L6-v2) of
+   the text's prompt block, cached per prompt (a prefix shares its prompt's embedding; its turns reach the head
+   through the n-grams);
 2. keeps every (text, successes, trials) it was ever given, aggregated per text (a buffer of all past examples);
-3. refits a binomial logistic regression (L2-regularised, convex: one global optimum, no schedule to tune) on
-   the whole store at every :meth:`update`; a target y with weight w counts as w * y successes out of w trials,
+3. refits a binomial logistic regression (L2-regularised, convex: one global optimum, no schedule to tune;
+   :func:`fit_binomial_logistic`, scipy L-BFGS-B warm-started from the previous fit) on the whole store at
+   every :meth:`update`; a target y with weight w counts as w * y successes out of w trials,
    so the fit is the maximum-likelihood (calibrated) estimate of P(success | features);
 4. for texts seen before, combines the text estimate with the text's own outcome history through a Beta
    posterior whose prior is the text estimate: ``v = (kappa * p + s) / (kappa + n)`` (Bayes with a
@@ -133,8 +135,62 @@ def fit_prior_strength(
     return float(kappas[int(np.argmax(ll))])
 
 
+def fit_binomial_logistic(
+    x: Any,
+    successes: FloatArray,
+    trials: FloatArray,
+    c: float,
+    *,
+    init: tuple[FloatArray, float] | None = None,
+    max_iter: int = 200,
+) -> tuple[FloatArray, float]:
+    """L2-regularised binomial logistic regression on counts (convex; scipy L-BFGS-B, one row per text).
+
+    Minimises  c * sum_i [n_i log(1 + e^{z_i}) - s_i z_i] + ||beta||^2 / 2,  z = x beta + b0 (intercept not
+    penalised): the objective of scikit-learn's ``LogisticRegression(C=c)`` on rows duplicated as s_i
+    successes and n_i - s_i failures, at half the cost (no duplicated rows).
+
+    Args:
+        x: (N, F) features (scipy sparse or dense). successes, trials: (N,) weighted counts, 0 <= s <= n.
+        c: inverse regularisation strength (> 0). init: (beta, b0) to start from (warm start).
+
+    Returns:
+        (beta float64 (F,), b0).
+    """
+    from scipy.optimize import minimize
+
+    n_features = x.shape[1]
+    start = np.zeros(n_features + 1) if init is None else np.r_[init[0], init[1]]
+
+    # the same objective divided by c * sum(n) (same optimum, gradients of order 1: the scaling scikit-learn uses)
+    scale = 1.0 / max(float(np.sum(trials)), 1e-12)
+    ridge = scale / c
+
+    def objective(theta: FloatArray) -> tuple[float, FloatArray]:
+        beta, b0 = theta[:-1], theta[-1]
+        z = np.asarray(x @ beta).ravel() + b0
+        loss = float(np.sum(trials * np.logaddexp(0.0, z) - successes * z))
+        resid = trials / (1.0 + np.exp(-z)) - successes  # d loss / d z
+        grad = np.empty_like(theta)
+        grad[:-1] = scale * np.asarray(x.T @ resid).ravel() + ridge * beta
+        grad[-1] = scale * float(resid.sum())
+        return scale * loss + 0.5 * ridge * float(beta @ beta), grad
+
+    result = minimize(
+        objective, start, jac=True, method="L-BFGS-B", options={"maxiter": max_iter, "gtol": 1e-4}
+    )
+    theta = np.asarray(result.x, dtype=np.float64)
+    return theta[:-1], float(theta[-1])
+
+
 def _is_prefix(text: str) -> bool:
     return any(mark in text for mark in _TURN_MARKS)
+
+
+def _prompt_block(text: str) -> str:
+    """The text up to its first turn marker (the whole text for a prompt-level anchor)."""
+    cut = min((i for i in (text.find(mark) for mark in _TURN_MARKS) if i >= 0), default=len(text))
+    return text[:cut]
 
 
 class ConvexSuccessPredictor:
@@ -143,7 +199,8 @@ class ConvexSuccessPredictor:
     Args:
         name: the name it was built under (kept in the state dict and checked on load).
         config: hyper-parameters.
-        encoder: optional ``texts -> float32 (n, H)`` frozen embedding function (cached per text here).
+        encoder: optional ``texts -> float32 (n, H)`` frozen embedding function, applied to each text's prompt
+            block and cached per prompt.
     """
 
     #: The online trainer calls ``update`` once per RL step with all of that step's nodes (each call refits on
@@ -173,7 +230,9 @@ class ConvexSuccessPredictor:
         # per text: [weighted successes, weighted trials]; _rows holds the texts' features in store order
         self._store: dict[str, list[float]] = {}
         self._rows: Any = None
-        self._model: Any = None
+        # per text: the head's estimate when the text first arrived (out-of-sample), for fitting kappa
+        self._heldout: dict[str, float] = {}
+        self._model: Any = None  # None (never fit), a float (one class seen), or (beta (F,), b0)
         self._scale: float | None = None
         self.kappa: dict[str, float] = {"prompt": config.kappa_default, "prefix": config.kappa_default}
         self.num_updates = 0
@@ -217,24 +276,44 @@ class ConvexSuccessPredictor:
         if "ngram" in self.config.features:
             parts.append(self._hasher.transform(texts) * (self._scale or 1.0))
         if "minilm" in self.config.features:
-            missing = [t for t in dict.fromkeys(texts) if t not in self._embed_cache]
+            # the encoder embeds the prompt block only (cached per prompt): a prefix shares its prompt's
+            # embedding, and its turns reach the head through the n-gram counts
+            keys = [_prompt_block(t) for t in texts]
+            missing = [k for k in dict.fromkeys(keys) if k not in self._embed_cache]
             for lo in range(0, len(missing), self.config.embed_batch):
                 chunk = missing[lo : lo + self.config.embed_batch]
-                for t, e in zip(chunk, np.asarray(self._encoder(chunk), dtype=np.float64), strict=True):
-                    self._embed_cache[t] = e
-            parts.append(sparse.csr_matrix(np.stack([self._embed_cache[t] for t in texts])))
+                for k, e in zip(chunk, np.asarray(self._encoder(chunk), dtype=np.float64), strict=True):
+                    self._embed_cache[k] = e
+            parts.append(sparse.csr_matrix(np.stack([self._embed_cache[k] for k in keys])))
         return parts[0] if len(parts) == 1 else sparse.hstack(parts, format="csr")
 
-    def _stored_features(self) -> Any:
-        """Features of every stored text in store order (computed once per text, appended as texts arrive)."""
+    def _stored_features(self, known: Mapping[str, int] | None = None, rows: Any = None) -> Any:
+        """Features of every stored text in store order (computed once per text, appended as texts arrive).
+
+        ``known`` maps texts to their row in ``rows`` (features already computed by the caller).
+        """
         from scipy import sparse
 
         done = 0 if self._rows is None else self._rows.shape[0]
         new = list(self._store)[done:]
         if new:
-            block = self._features(new)
+            if known is not None and rows is not None and all(t in known for t in new):
+                block = rows[[known[t] for t in new]]
+            else:
+                block = self._features(new)
             self._rows = block if self._rows is None else sparse.vstack([self._rows, block], format="csr")
         return self._rows
+
+    def prepare(self, texts: Sequence[str]) -> float:
+        """Embed the prompt blocks of ``texts`` with the frozen encoder ahead of time (no-op without one).
+
+        A frozen encoder's features of a known dataset (the training prompts) can be computed once at set-up
+        instead of inside every training step. Returns the seconds it took.
+        """
+        start = time.perf_counter()
+        if "minilm" in self.config.features:
+            self._features(validate_texts(texts))
+        return time.perf_counter() - start
 
     def text_estimate(self, texts: Sequence[str], features: Any = None) -> FloatArray:
         """The head's estimate from the text alone (no history), float64 (n,) in [eps, 1 - eps].
@@ -248,7 +327,8 @@ class ConvexSuccessPredictor:
             out = np.full(len(items), self._model, dtype=np.float64)
         else:
             x = self._features(items) if features is None else features
-            out = self._model.predict_proba(x)[:, 1].astype(np.float64)
+            beta, b0 = self._model
+            out = 1.0 / (1.0 + np.exp(-(np.asarray(x @ beta).ravel() + b0)))
         return np.clip(out, self.config.eps, 1.0 - self.config.eps)
 
     # ------------------------------------------------------------------ API
@@ -283,8 +363,8 @@ class ConvexSuccessPredictor:
 
         A target y with weight w adds w * y successes and w trials to its text (pass weights = number of
         rollouts behind each target to count evidence correctly; weight 1 treats every target as one trial).
-        The head minimises the binomial negative log-likelihood plus ``||beta||^2 / (2 c)`` over all stored
-        texts (sklearn ``LogisticRegression``, lbfgs, warm-started).
+        The head minimises ``c`` times the binomial negative log-likelihood plus ``||beta||^2 / 2`` over all
+        stored texts (:func:`fit_binomial_logistic`, warm-started).
 
         Returns:
             {"loss": weighted MSE of the text estimate on this batch before the refit, "n": n, "texts": distinct
@@ -295,12 +375,17 @@ class ConvexSuccessPredictor:
         """
         items, y, w = validate_update(texts, targets, weights)
         start = time.perf_counter()
-        before = self.text_estimate(items)
+        x_items = self._features(items) if self._scale is not None else None
+        before = self.text_estimate(items, x_items)
         loss = float(np.sum(w * (before - y) ** 2) / np.sum(w))
-        for t, yi, wi in zip(items, y, w, strict=True):
+        for t, yi, wi, b in zip(items, y, w, before, strict=True):
+            if t not in self._store and self._model is not None:
+                self._heldout[t] = float(b)  # the estimate before the text was ever trained on
             row = self._store.setdefault(t, [0.0, 0.0])
             row[0] += float(wi * yi)
             row[1] += float(wi)
+        if x_items is not None:
+            self._stored_features({t: i for i, t in reversed(list(enumerate(items)))}, x_items)
         self._refit()
         self.num_updates += 1
         seconds = time.perf_counter() - start
@@ -317,8 +402,6 @@ class ConvexSuccessPredictor:
         }
 
     def _refit(self) -> None:
-        from sklearn.linear_model import LogisticRegression
-
         texts = list(self._store)
         counts = np.asarray([self._store[t] for t in texts], dtype=np.float64).reshape(-1, 2)
         succ, trials = counts[:, 0], counts[:, 1]
@@ -334,26 +417,22 @@ class ConvexSuccessPredictor:
         if succ.sum() <= 1e-9 or fail.sum() <= 1e-9:  # one class only: the (clipped) observed rate
             self._model = float(np.clip(succ.sum() / trials.sum(), self.config.eps, 1 - self.config.eps))
         else:
-            from scipy import sparse
-
-            x = self._stored_features()
-            xx = sparse.vstack([x, x], format="csr")
-            labels = np.r_[np.ones(len(texts)), np.zeros(len(texts))]
-            sw = np.r_[succ, fail]
-            model = self._model if not isinstance(self._model, float | type(None)) else None
-            if model is None:
-                model = LogisticRegression(C=self.config.c, max_iter=self.config.max_iter, warm_start=True)
             from threadpoolctl import threadpool_limits
 
+            init = self._model if isinstance(self._model, tuple) else None
             with threadpool_limits(1):  # a small problem: thread start-up costs more than it saves (10-25x)
-                model.fit(xx, labels, sample_weight=sw)
-            self._model = model
+                self._model = fit_binomial_logistic(
+                    self._stored_features(), succ, trials, self.config.c, init=init, max_iter=self.config.max_iter
+                )
         if self.config.kappa is not None:
             self.kappa = {"prompt": self.config.kappa, "prefix": self.config.kappa}
             return
-        p = self.text_estimate(texts, self._stored_features())
+        # kappa from out-of-sample estimates only: an in-sample fit has partly memorised each text's outcomes,
+        # which would understate their spread around the estimate (and so overstate kappa)
+        seen = np.asarray([t in self._heldout for t in texts])
+        p = np.asarray([self._heldout.get(t, self.prior) for t in texts], dtype=np.float64)
         levels = np.asarray([_is_prefix(t) for t in texts])
-        for level, mask in (("prompt", ~levels), ("prefix", levels)):
+        for level, mask in (("prompt", ~levels & seen), ("prefix", levels & seen)):
             if int((trials[mask] >= 2).sum()) >= self.config.kappa_min_texts:
                 self.kappa[level] = fit_prior_strength(p[mask], succ[mask], trials[mask])
 
@@ -365,6 +444,7 @@ class ConvexSuccessPredictor:
             "num_updates": self.num_updates,
             "config": asdict(self.config),
             "store": {t: list(v) for t, v in self._store.items()},
+            "heldout": dict(self._heldout),
             "kappa": dict(self.kappa),
             "scale": self._scale,
         }
@@ -383,6 +463,7 @@ class ConvexSuccessPredictor:
                 f"predictor state is for {state['name']!r} (format {state['format']!r}), not {self.name!r}"
             )
         self._store = {str(t): [float(v[0]), float(v[1])] for t, v in state["store"].items()}
+        self._heldout = {str(t): float(v) for t, v in state.get("heldout", {}).items()}
         self._scale = None if state.get("scale") is None else float(state["scale"])
         self._model = None
         self._rows = None
@@ -392,6 +473,8 @@ class ConvexSuccessPredictor:
 
 
 CONVEX_NAMES = ("ngram", "minilm-head", "ngram+minilm")
+#: Inverse L2 strength per predictor, chosen by 5-fold CV on demo-task outcomes (docs/predictor.md).
+DEFAULT_C = {"ngram": 30.0, "minilm-head": 10.0, "ngram+minilm": 30.0}
 
 
 def build_convex_predictor(name: str, **overrides: Any) -> ConvexSuccessPredictor:
@@ -403,6 +486,7 @@ def build_convex_predictor(name: str, **overrides: Any) -> ConvexSuccessPredicto
     features = {"ngram": "ngram", "minilm-head": "minilm", "ngram+minilm": "ngram+minilm"}.get(name)
     if features is None:
         raise ValueError(f"unknown convex predictor {name!r}; choose one of {', '.join(CONVEX_NAMES)}")
+    overrides.setdefault("c", DEFAULT_C[name])
     overrides.pop("seed", None)  # the fit is deterministic
     overrides.pop("lr", None)  # no learning rate: a convex refit
     if "ngram_range" in overrides:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from trace_rl.train.checkpoint import complete_checkpoints, resumable_checkpoint
 from trace_rl.train.config import TrainConfig, budget_shape, config_from_dict, estimator_for
 
 KEEP_CHECKPOINTS = 2
@@ -159,10 +160,7 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 def latest_checkpoint(out: Path) -> Path | None:
     """The newest complete checkpoints/step_<N> under ``out`` (one with a state.json), or None."""
-    ckpts = sorted(
-        (p for p in (out / "checkpoints").glob("step_*") if p.is_dir() and (p / "state.json").exists()),
-        key=lambda p: int(p.name.split("_")[1]),
-    )
+    ckpts = complete_checkpoints(out)
     return ckpts[-1] if ckpts else None
 
 
@@ -216,7 +214,7 @@ class Trainer:
         self.cursor = DataCursor(len(self.tasks), cfg.seed)
         self.env_factory = TimedEnvFactory(lambda: make_env(cfg.env.name, **env_kwargs))
 
-        ckpt = latest_checkpoint(self.out) if self.resume else None
+        ckpt = resumable_checkpoint(self.out, self.log) if self.resume else None
         if self.resume and ckpt is None:
             self.log(f"no checkpoint under {self.out}/checkpoints: starting from step 1")
             (self.out / "metrics.jsonl").unlink(missing_ok=True)  # its steps are redone
@@ -251,6 +249,14 @@ class Trainer:
                 seed=cfg.seed,
             ),
         )
+        prepare = getattr(self.predictor, "prepare", None)
+        if callable(prepare):  # frozen-encoder features of the training prompts, once (not inside each step)
+            from trace_rl.predictor import serialize_anchor
+
+            limit = int(getattr(self.predictor, "max_chars", 2048))
+            seconds = prepare([serialize_anchor(t.prompt, [], max_chars=limit) for t in self.tasks])
+            if seconds > 0.5:
+                self.log(f"predictor: embedded {len(self.tasks)} training prompts in {seconds:.1f}s")
         self.predictor_warm_record: dict[str, Any] | None = None
         policy_dir = ckpt / "policy" if ckpt is not None else self.out / "sft" / "policy"
         if ckpt is None and not (policy_dir / PROBE_FILE).exists():

@@ -298,7 +298,6 @@ def training_step(
         "root_rollouts": len(roots),
         "replays": len(replays),
         "fresh_rollouts": sum(r.fresh for r in results),
-        "replay_flip_rate": _flip_rate(results),
         "replay_depths": [int(x) for x in hist],
         "rollouts_per_active_prompt": (len(roots) + len(replays)) / max(plan.num_active, 1),
         "tokens_generated": int(sum(r.sampled_tokens for r in results)),
@@ -310,6 +309,7 @@ def training_step(
         "time_allocation_s": parts.timers.get("allocation", 0.0),
         "time_update_s": parts.timers.get("update", 0.0),
     }
+    record.update(replay_flips(results))
     record["predictor_share"] = record["time_predictor_s"] / wall if wall > 0 else 0.0
     record.update(_predictor_fields(pred_metrics))
     record["predictor_warm"] = float(
@@ -321,16 +321,20 @@ def training_step(
     return record, results
 
 
-def _flip_rate(results: Sequence[PromptResult]) -> float:
-    """Share of replays whose terminal reward differs from that of the rollout their anchor lies on (NaN: none)."""
-    flips: list[bool] = []
+def replay_flips(results: Sequence[PromptResult]) -> dict[str, float]:
+    """``replay_flip_rate``: share of replays whose terminal reward differs from that of the rollout their anchor
+    lies on (NaN: no replays), and ``replay_flip_rate_depth_<d>`` per anchor depth d."""
+    flips: dict[int, list[bool]] = {}
     for r in results:
-        tree = r.tree
-        leaf = tree.chain_leaf()
-        reward = tree.reward
+        leaf = r.tree.chain_leaf()
+        reward = r.tree.reward
         for node, ep in r.replays:
-            flips.append(bool(abs(float(ep.reward) - float(reward[int(leaf[int(node)])])) > 1e-6))
-    return float(np.mean(flips)) if flips else float("nan")
+            original = float(reward[int(leaf[int(node)])])
+            flips.setdefault(int(ep.start_depth), []).append(abs(float(ep.reward) - original) > 1e-6)
+    every = [f for fs in flips.values() for f in fs]
+    out = {"replay_flip_rate": float(np.mean(every)) if every else float("nan")}
+    out.update({f"replay_flip_rate_depth_{d}": float(np.mean(fs)) for d, fs in sorted(flips.items())})
+    return out
 
 
 def _tool_calls(info: dict[str, Any]) -> int:

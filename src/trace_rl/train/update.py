@@ -2,7 +2,7 @@
 
 Each root-to-leaf path is one training sequence (prompt ids + the sampled turn ids, never re-tokenised);
 model tokens carry the advantage, tool/observation tokens are masked (trace_rl.advantages.token_advantages,
-shared prefixes counted "per_path"). Sequences whose tokens all have zero advantage contribute no gradient and
+shared prefixes counted "per_path"). Sequences whose tokens all have (about, 1e-6) zero advantage contribute no gradient and
 are dropped before the forward pass (they would only dilute token-mean aggregation). The log-probabilities
 are recomputed under softmax(logits / temperature), the distribution the engine sampled from.
 """
@@ -17,7 +17,7 @@ import numpy as np
 
 from trace_rl.advantages import grpo_advantages, token_advantages, tree_grpo_advantages, treerpo_advantages
 from trace_rl.advantages.tokens import PathTokens
-from trace_rl.tree import RolloutTree
+from trace_rl.tree import REWARD_ATOL, RolloutTree
 
 ESTIMATORS: dict[str, Callable[..., np.ndarray]] = {
     "grpo": grpo_advantages,
@@ -44,7 +44,9 @@ class UpdateSettings:
 
 
 def training_rows(trees: Sequence[RolloutTree], settings: UpdateSettings) -> list[PathTokens]:
-    """One PathTokens per leaf of every tree, with the estimator's advantages; zero-advantage rows dropped."""
+    """One PathTokens per leaf of every tree, with the estimator's advantages; rows whose token advantages are
+    all within ``REWARD_ATOL`` (1e-6) of 0 are dropped (no gradient worth its compute, and not counted in the
+    loss's per-row mean)."""
     try:
         estimate = ESTIMATORS[settings.estimator]
     except KeyError:
@@ -56,7 +58,7 @@ def training_rows(trees: Sequence[RolloutTree], settings: UpdateSettings) -> lis
         if tree.num_leaves == 0:
             continue
         adv = estimate(tree, normalize_std=settings.normalize_std)
-        rows.extend(p for p in token_advantages(tree, adv) if np.any(p.advantages != 0))
+        rows.extend(p for p in token_advantages(tree, adv) if np.any(np.abs(p.advantages) > REWARD_ATOL))
     return rows
 
 

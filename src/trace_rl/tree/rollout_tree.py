@@ -50,6 +50,11 @@ def _finite_reward(reward: float, where: str) -> float:
     return r
 
 
+REWARD_ATOL = 1e-6
+"""Rewards (and value targets) closer than this are equal: for mixed groups, the effective ratio and the
+advantage estimators alike (TRL's GRPO treats a group std below 1e-6 as zero the same way; verl's eps is 1e-6)."""
+
+
 class RolloutTree:
     """The rollout tree of one prompt: root rollouts plus replays from their turn prefixes.
 
@@ -507,9 +512,13 @@ class RolloutTree:
         return self._cached("leaf_reward_range", make)
 
     def mixed(self) -> BoolArray:
-        """bool (n,): the leaves below the node do not all share one reward (binary: both a success and a failure)."""
+        """bool (n,): the leaves below the node do not all share one reward (binary: both a success and a failure).
+
+        Rewards within ``REWARD_ATOL`` (1e-6) of each other count as one reward, as in the advantage estimators
+        (`trace_rl.advantages.group_normalize`), so a tree is mixed exactly when its advantages are not all 0.
+        """
         lo, hi = self.leaf_reward_range()
-        return np.asarray(hi > lo, dtype=np.bool_)
+        return np.asarray(hi - lo > REWARD_ATOL, dtype=np.bool_)
 
     def anchors(self, *, include_replays: bool = False) -> list[Anchor]:
         """Turn prefixes that replays may start from, in node order.
