@@ -422,7 +422,12 @@ class ConvexSuccessPredictor:
             init = self._model if isinstance(self._model, tuple) else None
             with threadpool_limits(1):  # a small problem: thread start-up costs more than it saves (10-25x)
                 self._model = fit_binomial_logistic(
-                    self._stored_features(), succ, trials, self.config.c, init=init, max_iter=self.config.max_iter
+                    self._stored_features(),
+                    succ,
+                    trials,
+                    self.config.c,
+                    init=init,
+                    max_iter=self.config.max_iter,
                 )
         if self.config.kappa is not None:
             self.kappa = {"prompt": self.config.kappa, "prefix": self.config.kappa}
