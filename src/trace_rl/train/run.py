@@ -187,7 +187,7 @@ class Trainer:
         from trace_rl.predictor.online import OnlineConfig, OnlineTrainer
         from trace_rl.rollout.agent import ChatCodec
         from trace_rl.rollout.backends import SamplingParams
-        from trace_rl.rollout.engine import LocalEngine
+        from trace_rl.train.serving import open_backend
         from trace_rl.train.step import StepParts
         from trace_rl.train.update import UpdateSettings, policy_update
 
@@ -226,7 +226,8 @@ class Trainer:
         if ckpt is None and cfg.policy.sft_steps > 0:
             self._warm_start()
         self.pad_id = int(self.policy.tokenizer.pad_token_id or 0)
-        self.engine = LocalEngine(self.policy, max_batch=cfg.sampling.max_concurrency)
+        self.serving = open_backend(cfg, self.policy, self.out, self.log)  # local engine or vLLM servers
+        self.engine = self.serving.backend
         self.codec = ChatCodec(self.policy.tokenizer, render_tools=cfg.policy.render_tools)
         self.sampling = SamplingParams(
             max_new_tokens=cfg.sampling.max_new_tokens,
@@ -278,7 +279,7 @@ class Trainer:
             stats = policy_update(
                 self.policy.model, self.optimizer, trees, self.settings, pad_id=self.pad_id, rng=self.rng
             )
-            self.engine.clear_cache()  # cached keys/values belong to the old weights
+            self.serving.sync(self.policy)  # the backend generates from the new weights from now on
             return stats
 
         self.parts = StepParts(
@@ -570,6 +571,14 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------------ loop
     def run(self, *, progress: bool = True) -> list[dict[str, Any]]:
+        try:
+            return self._run(progress=progress)
+        finally:  # launched servers never outlive the run (error, interrupt, SIGTERM)
+            serving = getattr(self, "serving", None)
+            if serving is not None:
+                serving.close()
+
+    def _run(self, *, progress: bool = True) -> list[dict[str, Any]]:
         from trace_rl.train.step import training_step
 
         self.setup()
@@ -586,8 +595,10 @@ class Trainer:
             _tb_write(writer, rec, 0)
         for step in range(self.start_step, cfg.steps + 1):
             pool = [self.tasks[i] for i in self.cursor.take(cfg.env.pool_size)]
+            self.serving.begin_step()
             record, _ = training_step(step, pool, self.method, self.shape, self.parts, self.rng)
             record["kind"] = "train"
+            record.update(self.serving.step_metrics())
             _append_jsonl(metrics_path, record)
             _tb_write(writer, record, step)
             records.append(record)
@@ -672,6 +683,9 @@ def _tb_write(writer: Any, record: dict[str, Any], step: int) -> None:
         return
     prefix = "eval" if record.get("kind") == "eval" else "train"
     for key, value in record.items():
+        if key == "backend_requests_per_replica":  # a list: one scalar per replica
+            for i, count in enumerate(value):
+                writer.add_scalar(f"{prefix}/{key}/{i}", count, step)
         if isinstance(value, bool) or not isinstance(value, int | float) or key == "step":
             continue
         writer.add_scalar(f"{prefix}/{key}", value, step)
@@ -695,8 +709,8 @@ def resume_config(out: str | Path) -> TrainConfig:
 
 
 # What a run writes into its folder; `clear_run` removes exactly these (and nothing else a user keeps there).
-RUN_FILES = ("metrics.jsonl", "config.json", "report.html")
-RUN_DIRS = ("checkpoints", "tb", "sft", "report")
+RUN_FILES = ("metrics.jsonl", "config.json", "report.html", "servers.json")
+RUN_DIRS = ("checkpoints", "tb", "sft", "report", "served")
 
 
 def clear_run(out: str | Path) -> None:
