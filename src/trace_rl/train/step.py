@@ -120,15 +120,16 @@ def prefix_callback(
         t1 = time.perf_counter()
         cost: np.ndarray | None = None
         if parts.accounting == "token" or method.fresh:
-            cost = np.full(len(anchors), max(round(shape.replay_cost * UNITS_PER_ROLLOUT), 1), np.int64)
-            if parts.accounting == "token":
-                remaining, full = _token_work(tree, anchors)
-                cost = token_aware_costs(remaining, full, units_per_rollout=UNITS_PER_ROLLOUT)
-            is_prompt = np.array([a.node == 0 for a in anchors])
-            cost[is_prompt] = UNITS_PER_ROLLOUT  # a fresh rollout costs one rollout-equivalent
+            replay = np.array([a.node != 0 for a in anchors])  # the prompt's fresh-rollout anchor is node 0
+            # a fresh rollout costs one rollout-equivalent
+            cost = np.full(len(anchors), UNITS_PER_ROLLOUT, np.int64)
+            if parts.accounting == "token":  # token work is defined for turn prefixes only
+                remaining, full = _token_work(tree, [a for a in anchors if a.node != 0])
+                cost[replay] = token_aware_costs(remaining, full, units_per_rollout=UNITS_PER_ROLLOUT)
+            else:
+                cost[replay] = max(round(shape.replay_cost * UNITS_PER_ROLLOUT), 1)
         k = method.prefixes(q, budget, prompt_rngs[task.id], cost)
         if parts.accounting == "token" and cost is not None:
-            replay = np.array([a.node != 0 for a in anchors])
             spent_units.append(int((cost * k)[replay].sum()))  # fresh rollouts are counted as roots
         parts.tick("allocation", time.perf_counter() - t1)
         return k
