@@ -259,3 +259,71 @@ def test_trace_fresh_with_a_probe_warmed_convex_predictor(tmp_path) -> None:
             assert 0 <= r["replay_flip_rate"] <= 1 and "replay_flip_rate_depth_1" in r
         assert r["budget_spent"] <= r["budget_total"] + 1e-9
         assert r["root_rollouts"] + 0.5 * r["replays"] == pytest.approx(r["budget_spent"])
+
+
+def test_killed_compare_leaves_no_worker_running(tmp_path) -> None:
+    # a compare killed with SIGKILL (no cleanup runs in it) takes its pool workers with it: none keeps training
+    # into the run folders; a SIGTERM'd one stops its workers and exits non-zero
+    for sig in (signal.SIGKILL, signal.SIGTERM):
+        out = tmp_path / f"cmp_{sig.name}"
+        workers: list[int] = []
+        proc = subprocess.Popen(
+            [
+                *(*CLI, "compare", "--preset", "smoke", "--methods", "grpo,trace", "--seeds", "1"),
+                *(
+                    "--steps",
+                    "50",
+                    "--set",
+                    "threads=1",
+                    "--set",
+                    "eval_every=0",
+                    "--jobs",
+                    "2",
+                    "--out",
+                    str(out),
+                ),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and not list(out.glob("*/seed_0/metrics.jsonl")):
+                time.sleep(0.5)
+            workers = _children(proc.pid)
+            assert workers, "the compare started no worker processes"
+            proc.send_signal(sig)
+            proc.wait(timeout=60)
+            assert proc.returncode != 0
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and any(_alive(w) for w in workers):
+                time.sleep(0.5)
+            assert not [w for w in workers if _alive(w)], "orphaned compare workers"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            for w in set(workers + _children(proc.pid)):  # orphans are no longer children of proc
+                if _alive(w):
+                    os.kill(w, signal.SIGKILL)
+
+
+def _children(pid: int) -> list[int]:
+    """PIDs whose parent is ``pid`` (from /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie awaiting its reaper counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")

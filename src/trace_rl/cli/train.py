@@ -16,7 +16,9 @@ def register(sub: Any) -> None:
     p = sub.add_parser("train", help="train a policy with TRACE or a baseline at equal budget")
     src = p.add_mutually_exclusive_group()
     src.add_argument(
-        "--preset", default=None, help="a shipped preset (smoke, demo, smollm2-math, bfcl, multihop_qa)"
+        "--preset",
+        default=None,
+        help="a shipped preset (smoke, demo, multistep, smollm2-math, bfcl, multihop_qa)",
     )
     src.add_argument("--config", default=None, metavar="FILE", help="a YAML config file")
     p.add_argument(  # not in the group: combined with --preset/--config it gets its own one-line error
@@ -25,7 +27,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--method",
         default=None,
-        help="grpo, pcl, knapsack, treepo, trace, trace_root_only, trace_prefix_only",
+        help="grpo, pcl, knapsack, treepo, trace, trace_root_only, trace_prefix_only, trace_fresh",
     )
     p.add_argument("--steps", type=int, default=None, help="training steps")
     p.add_argument("--seed", type=int, default=None, help="random seed")

@@ -152,6 +152,48 @@ def _depth_plot(path: Path, runs: Runs) -> bool:
     return _finish(plt, fig, path, drawn)
 
 
+def flip_rates_by_depth(records: Sequence[Mapping[str, Any]]) -> dict[int, tuple[float, float, int]]:
+    """Replay and fresh-rollout flip rates per anchor depth, pooled over steps: depth -> (replay rate, fresh rate,
+    replays). Each step's rates are weighted by its replays at that depth (``replay_depths``), so the pooled
+    rate is the share over all replays, as if all steps were one."""
+    sums: dict[int, list[float]] = {}
+    for r in train_records(records):
+        counts = r.get("replay_depths") or []
+        for d, n in enumerate(counts):
+            rate, fresh = r.get(f"replay_flip_rate_depth_{d}"), r.get(f"fresh_flip_rate_depth_{d}")
+            if n and isinstance(rate, int | float) and np.isfinite(rate):
+                acc = sums.setdefault(d, [0.0, 0.0, 0.0, 0.0])
+                acc[0] += n * float(rate)
+                acc[2] += n
+                if isinstance(fresh, int | float) and np.isfinite(fresh):
+                    acc[1] += n * float(fresh)
+                    acc[3] += n
+    return {
+        d: (a[0] / a[2], a[1] / a[3] if a[3] else float("nan"), int(a[2])) for d, a in sorted(sums.items())
+    }
+
+
+def _flip_plot(path: Path, runs: Runs) -> bool:
+    """Replay flip rate by anchor depth per method (bars), next to the fresh-rollout flip rate of the same
+    prompts (black ticks)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    pooled = {label: flip_rates_by_depth(recs) for label, recs in _pooled(runs).items()}
+    pooled = {label: rates for label, rates in pooled.items() if rates}
+    width = 0.8 / max(len(pooled), 1)
+    for j, (label, rates) in enumerate(pooled.items()):
+        x = np.array(list(rates), dtype=float) + j * width
+        ax.bar(x, [v[0] for v in rates.values()], width=width, label=label)
+        ax.scatter(x, [v[1] for v in rates.values()], marker="_", s=120, color="black", zorder=3)
+    drawn = bool(pooled)
+    ax.set_title("Replay flip rate by anchor depth (black: fresh rollouts of the same prompts)", fontsize=10)
+    ax.set_xlabel("anchor depth (turns in the prefix)")
+    ax.set_ylabel("share of replays that flip")
+    if drawn:
+        ax.legend(fontsize=8)
+    return _finish(plt, fig, path, drawn)
+
+
 def _time_plot(path: Path, runs: Runs) -> bool:
     plt = _plt()
     labels, shares = [], []
@@ -526,6 +568,8 @@ def write_report(folder: str | Path) -> Path:
             figures.append((name, title))
     if _depth_plot(img / "replay_depths.png", runs):
         figures.append(("replay_depths.png", "Replay depth histogram"))
+    if _flip_plot(img / "replay_flips.png", runs):
+        figures.append(("replay_flips.png", "Replay flip rate by anchor depth"))
     if _time_plot(img / "wall_clock.png", runs):
         figures.append(("wall_clock.png", "Wall-clock breakdown"))
     if _calibration_plot(img / "predictor_depth_calibration.png", runs):

@@ -8,6 +8,10 @@ the samples go, not from different initial policies.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -75,6 +79,21 @@ def warm_start_once(cfg: TrainConfig, out: Path, log: Callable[[str], None] = pr
     return new
 
 
+def _die_with_parent(parent: int) -> None:
+    """ProcessPool initializer: a worker gets SIGTERM when the compare process dies, even by SIGKILL (Linux
+    ``prctl(PR_SET_PDEATHSIG)``), so no orphaned run keeps writing into the run folders after its parent is gone."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _sigterm_to_exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _run_one(run_cfg: TrainConfig, run_dir: Path, progress: bool) -> dict[str, float]:
     """Train one (method, seed) run (continuing it if an earlier compare was interrupted); its summary."""
     started = (run_dir / "checkpoints").exists() or (run_dir / "metrics.jsonl").exists()
@@ -127,15 +146,32 @@ def compare(
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         log(f"== {len(plan)} runs, {jobs} at a time, under {root}")
-        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"))
+        pool = ProcessPoolExecutor(
+            max_workers=jobs,
+            mp_context=mp.get_context("spawn"),
+            initializer=_die_with_parent,
+            initargs=(os.getpid(),),
+        )
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _sigterm_to_exit) if main else None  # `kill` unwinds like ^C
+        finished = False
         try:
             futures = {pool.submit(_run_one, c, d, False): (m, s) for m, s, c, d in plan}
             for future in as_completed(futures):
                 method, seed = futures[future]
                 summaries[(method, seed)] = future.result()  # a failed run raises here, at once
                 log(f"== {method} seed {seed} done")
-        finally:  # on a failure: drop the queued runs instead of waiting for them
-            pool.shutdown(wait=True, cancel_futures=True)
+            finished = True
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous)
+            # on a failure or interrupt: drop the queued runs and stop the running ones (a rerun resumes them)
+            pool.shutdown(wait=finished, cancel_futures=True)
+            if not finished:
+                for worker in mp.active_children():
+                    worker.terminate()
+                for worker in mp.active_children():
+                    worker.join(timeout=30)
     per_method: dict[str, dict[str, Any]] = {}
     for method in methods:
         runs = [summaries[(method, seed)] for seed in range(seeds)]

@@ -325,18 +325,34 @@ def training_step(
 
 
 def replay_flips(results: Sequence[PromptResult]) -> dict[str, float]:
-    """``replay_flip_rate``: share of replays whose terminal reward differs from that of the rollout their anchor
-    lies on (NaN: no replays), and ``replay_flip_rate_depth_<d>`` per anchor depth d."""
-    flips: dict[int, list[bool]] = {}
+    """How often replays flip the ending, next to how often fresh rollouts of the same prompts would.
+
+    ``replay_flip_rate``: share of replays whose terminal reward differs from that of the rollout their anchor lies
+    on (NaN: no replays); ``replay_flip_rate_depth_<d>`` per anchor depth d. ``fresh_flip_rate`` (and
+    ``fresh_flip_rate_depth_<d>``): for the same replays, the share of the prompt's other root rollouts whose
+    reward differs from that rollout's, i.e. the flip rate a fresh rollout of the same prompt would have had in
+    its place (DEMO_HEADROOM section 5 measures both the same way). Their ratio says what a replay from depth d is
+    worth against a fresh rollout for making a group mixed.
+    """
+    flips: dict[int, list[float]] = {}
+    fresh: dict[int, list[float]] = {}
     for r in results:
         leaf = r.tree.chain_leaf()
         reward = r.tree.reward
+        roots = np.array([float(e.reward) for e in r.roots])
         for node, ep in r.replays:
             original = float(reward[int(leaf[int(node)])])
-            flips.setdefault(int(ep.start_depth), []).append(abs(float(ep.reward) - original) > 1e-6)
-    every = [f for fs in flips.values() for f in fs]
-    out = {"replay_flip_rate": float(np.mean(every)) if every else float("nan")}
-    out.update({f"replay_flip_rate_depth_{d}": float(np.mean(fs)) for d, fs in sorted(flips.items())})
+            d = int(ep.start_depth)
+            flips.setdefault(d, []).append(float(abs(float(ep.reward) - original) > 1e-6))
+            if len(roots) > 1:  # the original is one of the roots with this reward: leave it out
+                fresh.setdefault(d, []).append(
+                    float(np.sum(np.abs(roots - original) > 1e-6)) / (len(roots) - 1)
+                )
+    out: dict[str, float] = {}
+    for name, table in (("replay_flip_rate", flips), ("fresh_flip_rate", fresh)):
+        every = [f for fs in table.values() for f in fs]
+        out[name] = float(np.mean(every)) if every else float("nan")
+        out.update({f"{name}_depth_{d}": float(np.mean(fs)) for d, fs in sorted(table.items())})
     return out
 
 
