@@ -327,3 +327,38 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state not in ("Z", "X")
+
+
+def test_compare_variant_runs_a_method_with_overrides(tmp_path) -> None:
+    # issue 13: the budget-shape question needs one method at two shapes in one comparison (one warm start,
+    # paired seeds); a variant is LABEL=METHOD@KEY=VALUE;KEY=VALUE
+    out = tmp_path / "cmp"
+    res = run(
+        *(
+            "compare",
+            "--preset",
+            "smoke",
+            "--seeds",
+            "1",
+            "--steps",
+            "1",
+            "--set",
+            "threads=1",
+            "--out",
+            str(out),
+        ),
+        *("--methods", "treepo,wide=treepo@budget.roots=16;budget.continuations=0"),
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    data = json.loads((out / "comparison.json").read_text())
+    assert list(data["methods"]) == ["treepo", "wide"] and "wide-treepo" in data["paired"]
+    wide = data["methods"]["wide"]
+    assert wide["method"] == "treepo" and wide["overrides"] == ["budget.roots=16", "budget.continuations=0"]
+    assert wide["budget_total"] == data["budget_total"] == 16.0  # 16 x (1 + 0/2) = 8 x (1 + 2/2)
+    assert wide["replays"] == 0 < data["methods"]["treepo"]["replays"]
+    config = json.loads((out / "wide" / "seed_0" / "config.json").read_text())
+    assert config["budget"]["roots"] == 16 and config["method"] == "treepo"
+    bad = run(
+        "compare", "--preset", "smoke", "--methods", "x=trace@policy.name=tiny", "--out", str(tmp_path / "b")
+    )
+    assert bad.returncode == 2 and "policy.name cannot differ" in bad.stderr

@@ -134,3 +134,55 @@ def test_warm_start_card_and_plot_come_first(tmp_path) -> None:
     )
     files = re.findall(r"data-file='report/([\w.]+)'", page)
     assert files[0] == "warm_start.png" and {"effective_ratio.png", "wall_clock.png"} <= set(files)
+
+
+def test_flip_rates_by_depth_pool_steps_by_replay_counts() -> None:
+    from trace_rl.metrics.report import flip_rates_by_depth
+
+    records = [
+        {
+            "kind": "train",
+            "step": 1,
+            "replay_depths": [0, 2, 1],
+            "replay_flip_rate_depth_1": 0.5,
+            "fresh_flip_rate_depth_1": 0.25,
+            "replay_flip_rate_depth_2": 1.0,
+            "fresh_flip_rate_depth_2": 0.5,
+        },
+        {
+            "kind": "train",
+            "step": 2,
+            "replay_depths": [0, 6],
+            "replay_flip_rate_depth_1": 0.0,
+            "fresh_flip_rate_depth_1": 0.5,
+        },
+        {"kind": "eval", "step": 2, "replay_depths": [0, 9], "replay_flip_rate_depth_1": 1.0},
+    ]
+    rates = flip_rates_by_depth(records)
+    assert list(rates) == [1, 2]
+    # depth 1: (2 x 0.5 + 6 x 0) / 8 replays; fresh (2 x 0.25 + 6 x 0.5) / 8; the eval record is not a step
+    assert rates[1] == pytest.approx((1.0 / 8, 3.5 / 8, 8))
+    assert rates[2] == pytest.approx((1.0, 0.5, 1))
+
+
+def test_compare_variants_parse_and_refuse_what_cannot_differ() -> None:
+    from trace_rl.train.compare import parse_variant
+    from trace_rl.train.config import ConfigError
+
+    assert parse_variant("trace") == ("trace", "trace", ())
+    assert parse_variant(" t32=trace@budget.roots=32; budget.continuations=6 ") == (
+        "t32",
+        "trace",
+        ("budget.roots=32", "budget.continuations=6"),
+    )
+    assert parse_variant("alias=grpo") == ("alias", "grpo", ())
+    for bad in (
+        "=trace",
+        "x=",
+        "a/b=trace",
+        "x=trace@policy.sft_steps=0",
+        "x=trace@seed=3",
+        "x=trace@method=grpo",
+    ):
+        with pytest.raises(ConfigError):
+            parse_variant(bad)

@@ -48,3 +48,23 @@ def test_fresh_rollouts_win_the_knapsack_over_decided_prefixes() -> None:
     assert effective_method(get_method("trace_fresh"), predictor_warm=False).name == "treepo"
     with pytest.raises(ValueError):
         get_method("trace-fresh")
+
+
+def test_replay_flips_next_to_fresh_flips_of_the_same_prompts() -> None:
+    from types import SimpleNamespace
+
+    from trace_rl.train.step import replay_flips
+
+    roots = [SimpleNamespace(reward=r) for r in (1.0, 1.0, 0.0)]
+    replays = [
+        (1, SimpleNamespace(reward=0.0, start_depth=1)),
+        (5, SimpleNamespace(reward=0.0, start_depth=1)),
+    ]
+    result = SimpleNamespace(tree=three_roots(), roots=roots, replays=replays)
+    out = replay_flips([result])  # type: ignore[list-item]
+    # the replay under root 1 (reward 1) flips, the one under root 3 (reward 0) does not; a fresh rollout in
+    # their place: 1 of root 1's 2 sibling roots differs, both of root 3's do
+    assert out["replay_flip_rate"] == out["replay_flip_rate_depth_1"] == 0.5
+    assert out["fresh_flip_rate"] == out["fresh_flip_rate_depth_1"] == pytest.approx(0.75)
+    empty = replay_flips([SimpleNamespace(tree=three_roots(), roots=roots, replays=[])])  # type: ignore[list-item]
+    assert np.isnan(empty["replay_flip_rate"]) and np.isnan(empty["fresh_flip_rate"])

@@ -11,7 +11,13 @@ def register(sub: Any) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--preset", default=None, help="a shipped preset (default demo)")
     src.add_argument("--config", default=None, metavar="FILE", help="a YAML config file")
-    p.add_argument("--methods", default="grpo,pcl,treepo,trace", help="comma-separated methods")
+    p.add_argument(
+        "--methods",
+        default="grpo,pcl,treepo,trace",
+        help="comma-separated methods; an entry LABEL=METHOD@KEY=VALUE;KEY=VALUE runs a method under its own label "
+        "with config overrides (e.g. trace_32x6=trace@budget.roots=32;budget.continuations=6); the first entry is "
+        "the baseline of the paired differences",
+    )
     p.add_argument("--seeds", type=int, default=1, help="seeds per method (0..K-1)")
     p.add_argument("--steps", type=int, default=None, help="override the number of training steps")
     p.add_argument(
@@ -30,8 +36,10 @@ def run(args: argparse.Namespace) -> int:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not methods:
         raise UsageError("--methods needs at least one method")
+    from trace_rl.train.compare import parse_variant
+
     for m in methods:
-        get_method(m)
+        get_method(parse_variant(m)[1])
     if args.seeds < 1:
         raise UsageError("--seeds must be at least 1")
     if args.jobs < 1:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from trace_rl.lab.stats import mean_ci
-from trace_rl.train.config import TrainConfig, budget_shape, validate
+from trace_rl.train.config import ConfigError, TrainConfig, budget_shape, validate, with_overrides
 from trace_rl.train.run import Trainer, check_same_config, read_metrics, summarize, train
 
 METRICS = (
@@ -79,6 +79,33 @@ def warm_start_once(cfg: TrainConfig, out: Path, log: Callable[[str], None] = pr
     return new
 
 
+def parse_variant(entry: str) -> tuple[str, str, tuple[str, ...]]:
+    """One entry of ``--methods``: ``METHOD`` or ``LABEL=METHOD@KEY=VALUE;KEY=VALUE`` (a method under its own
+    label with config overrides, e.g. ``trace_32x6=trace@budget.roots=32;budget.continuations=6`` for the paper's
+    budget-shape question at equal cost). Returns (label, method, overrides); the label names the run folders
+    and the rows of comparison.json.
+
+    Raises:
+        ConfigError: an empty label or method, or an override of ``policy.*`` (all runs of a comparison start
+            from one warm start) or ``method``/``seed``.
+    """
+    label, method, overrides = entry.strip(), entry.strip(), ()
+    if "=" in entry.split("@", 1)[0]:
+        label, rest = (x.strip() for x in entry.split("=", 1))
+        method, _, tail = rest.partition("@")
+        method = method.strip()
+        overrides = tuple(o.strip() for o in tail.split(";") if o.strip())
+    if not label or not method or "/" in label:
+        raise ConfigError(f"--methods entry {entry!r}: expected METHOD or LABEL=METHOD@KEY=VALUE;KEY=VALUE")
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if key.startswith("policy.") or key in ("method", "seed"):
+            raise ConfigError(
+                f"--methods entry {entry!r}: {key} cannot differ between the runs of one comparison"
+            )
+    return label, method, overrides
+
+
 def _die_with_parent(parent: int) -> None:
     """ProcessPool initializer: a worker gets SIGTERM when the compare process dies, even by SIGKILL (Linux
     ``prctl(PR_SET_PDEATHSIG)``), so no orphaned run keeps writing into the run folders after its parent is gone."""
@@ -115,13 +142,17 @@ def compare(
 ) -> dict[str, Any]:
     """Train every method with seeds 0..seeds-1 at the config's budget; write and return comparison.json.
 
+    ``methods`` entries are method names or variants (`parse_variant`: a label, a method and config overrides,
+    which the variant's runs apply on top of ``cfg``; its row in comparison.json records them with its own
+    ``budget_total``). The first entry is the baseline of ``paired``.
+
     ``jobs`` > 1 runs that many (method, seed) runs at once in separate processes, each with one torch thread
     unless the config sets ``threads``. Every run is seeded on its own; with the same ``threads`` the runs of
     ``jobs=1`` and ``jobs>1`` differ at most by the floating-point effects of batch composition in the engine
     (tool calls finish in a timing-dependent order).
 
     Raises:
-        ValueError: jobs < 1, or an invalid run config.
+        ValueError: jobs < 1, or an invalid run config or variant (ConfigError).
     """
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
@@ -131,11 +162,15 @@ def compare(
     if jobs > 1 and base.threads == 0:
         base = replace(base, threads=1)
     plan: list[tuple[str, int, TrainConfig, Path]] = []
-    for method in methods:
+    variants = [parse_variant(m) for m in methods]
+    labels = [label for label, _, _ in variants]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"--methods names a label twice: {', '.join(labels)}")
+    for label, method, overrides in variants:
         for seed in range(seeds):
-            run_cfg = replace(base, method=method, seed=seed)
+            run_cfg = with_overrides(replace(base, method=method, seed=seed), overrides)
             validate(run_cfg)
-            plan.append((method, seed, run_cfg, root / method / f"seed_{seed}"))
+            plan.append((label, seed, run_cfg, root / label / f"seed_{seed}"))
     summaries: dict[tuple[str, int], dict[str, float]] = {}
     if jobs == 1:
         for method, seed, run_cfg, run_dir in plan:
@@ -173,21 +208,24 @@ def compare(
                 for worker in mp.active_children():
                     worker.join(timeout=30)
     per_method: dict[str, dict[str, Any]] = {}
-    for method in methods:
-        runs = [summaries[(method, seed)] for seed in range(seeds)]
-        row: dict[str, Any] = {"seeds": seeds}
+    for label, method, overrides in variants:
+        runs = [summaries[(label, seed)] for seed in range(seeds)]
+        row: dict[str, Any] = {"seeds": seeds, "method": method}
+        if overrides:
+            row["overrides"] = list(overrides)
+            row["budget_total"] = budget_shape(with_overrides(base, overrides)).total
         for metric in METRICS:
             vals = [r[metric] for r in runs if metric in r]
             if vals:
                 row[metric] = float(np.mean(vals))
                 row[f"{metric}_std"] = float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
         row["runs"] = runs
-        per_method[method] = row
+        per_method[label] = row
     result = {
         "preset": cfg.preset,
         "budget_total": budget_shape(cfg).total,
         "methods": per_method,
-        "paired": paired_differences(per_method, methods, seeds, baseline=methods[0]),
+        "paired": paired_differences(per_method, labels, seeds, baseline=labels[0]),
         "config": base.to_dict(),
     }
     (root / "comparison.json").write_text(json.dumps(result, indent=2))

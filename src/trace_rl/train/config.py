@@ -12,6 +12,7 @@ import math
 import re
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -360,6 +361,18 @@ def config_from_dict(data: dict[str, Any]) -> TrainConfig:
     cfg = _build(TrainConfig, data, "")
     validate(cfg)
     return cfg
+
+
+def with_overrides(cfg: TrainConfig, overrides: Sequence[str]) -> TrainConfig:
+    """``cfg`` with ``section.key=value`` overrides applied (the same parser as `load_config`), validated.
+
+    Raises:
+        ConfigError: a malformed override, an unknown key, a wrong type or an invalid combination.
+    """
+    data = cfg.to_dict()
+    for item in overrides:
+        data = _merge(data, _parse_override(item))
+    return config_from_dict(data)
 
 
 def validate(cfg: TrainConfig) -> None:
