@@ -89,7 +89,8 @@ def parse_variant(entry: str) -> tuple[str, str, tuple[str, ...]]:
         ConfigError: an empty label or method, or an override of ``policy.*`` (all runs of a comparison start
             from one warm start) or ``method``/``seed``.
     """
-    label, method, overrides = entry.strip(), entry.strip(), ()
+    label, method = entry.strip(), entry.strip()
+    overrides: tuple[str, ...] = ()
     if "=" in entry.split("@", 1)[0]:
         label, rest = (x.strip() for x in entry.split("=", 1))
         method, _, tail = rest.partition("@")
