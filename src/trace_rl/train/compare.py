@@ -167,8 +167,8 @@ def compare(
     labels = [label for label, _, _ in variants]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"--methods names a label twice: {', '.join(labels)}")
-    for label, method, overrides in variants:
-        for seed in range(seeds):
+    for seed in range(seeds):  # seed-major: an interrupted comparison has every method at its first seeds
+        for label, method, overrides in variants:
             run_cfg = with_overrides(replace(base, method=method, seed=seed), overrides)
             validate(run_cfg)
             plan.append((label, seed, run_cfg, root / label / f"seed_{seed}"))
