@@ -303,6 +303,7 @@ def training_step(
         "fresh_rollouts": sum(r.fresh for r in results),
         "replay_depths": [int(x) for x in hist],
         "rollouts_per_active_prompt": (len(roots) + len(replays)) / max(plan.num_active, 1),
+        "turns_per_rollout": float(np.mean([len(e.turns) for e in roots])) if roots else 0.0,
         "tokens_generated": int(sum(r.sampled_tokens for r in results)),
         "tool_calls": sum(_tool_calls(t.info) for e in roots + replays for t in e.turns),
         "wall_s": wall,
