@@ -1,0 +1,49 @@
+"""trace-rl tasks as verl dataset rows (RLHFDataset columns), for parquet files or direct submission."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from trace_rl.integrations.verl.agent_loop import TRACE_AGENT
+from trace_rl.types import Task
+
+
+def task_row(task: Task, index: int) -> dict[str, Any]:
+    """One verl row: ``data_source`` (the env), ``prompt`` (chat messages, for verl's dataset and logs),
+    ``agent_name`` = ``trace_agent``, ``reward_model`` (ground truth, informational: the env scores),
+    ``extra_info`` with ``index`` and ``trace_task`` (the Task's fields; `agent_loop.task_from_row` reads it)."""
+    return {
+        "data_source": task.env,
+        "prompt": [{"role": "user", "content": task.prompt}],
+        "agent_name": TRACE_AGENT,
+        "ability": "agent",
+        "reward_model": {"style": "rule", "ground_truth": task.answer or ""},
+        "extra_info": {
+            "index": index,
+            "trace_task": {
+                "id": task.id,
+                "env": task.env,
+                "prompt": task.prompt,
+                "answer": task.answer,
+                "tools": list(task.tools),
+                "metadata": dict(task.metadata),
+            },
+        },
+    }
+
+
+def tasks_to_rows(tasks: Sequence[Task]) -> list[dict[str, Any]]:
+    """`task_row` for each task, indexed in order."""
+    return [task_row(t, i) for i, t in enumerate(tasks)]
+
+
+def write_parquet(tasks: Sequence[Task], path: str | Path) -> Path:
+    """Write `tasks_to_rows(tasks)` as a parquet file verl's ``data.train_files`` can read; returns the path."""
+    import pandas as pd
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(tasks_to_rows(tasks)).to_parquet(out)
+    return out
