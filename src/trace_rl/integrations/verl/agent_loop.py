@@ -81,7 +81,19 @@ def task_from_row(row: dict[str, Any]) -> Task:
 
 
 def make_trace_env(name: str, max_turns: int) -> EnvLike:
-    """A fresh trace-rl environment: "toy_arith" (trace_rl.rollout.toy_env) or a `trace_rl.envs` name."""
+    """A fresh environment: "toy_arith" (trace_rl.rollout.toy_env), a `trace_rl.envs` name, or "module:factory",
+    any importable callable ``factory(max_turns=...)`` returning an object with the trace-rl Env protocol (reset,
+    step, snapshot, restore), e.g. a user's own environment shipped to Ray workers on their PYTHONPATH.
+
+    Raises:
+        ValueError: unknown name. ImportError / AttributeError: a "module:factory" that does not resolve.
+    """
+    if ":" in name:
+        import importlib
+
+        module, attr = name.split(":", 1)
+        env: EnvLike = getattr(importlib.import_module(module), attr)(max_turns=max_turns)
+        return env
     if name == "toy_arith":
         from trace_rl.rollout.toy_env import make_env
 

@@ -20,7 +20,8 @@ class TraceVerlConfig:
         candidate_pool: prompts scored per step (0: 2 x ``data.train_batch_size``; a multiple of the
             dataloader's batch).
         max_replays_per_anchor: cap on k_j (0: no cap).
-        env: trace-rl environment of the agent loop ("toy_arith", "math_python", "bfcl", "multihop_qa").
+        env: environment of the agent loop: "toy_arith", "math_python", "bfcl", "multihop_qa", or "module:factory"
+            (a user's env factory; see `agent_loop.make_trace_env`).
         max_turns: turns per episode. max_context: context limit in tokens. max_new_tokens: tokens per turn.
         predictor: `trace_rl.predictor.build_predictor` name ("ngram", "tiny", "minilm", or a folder).
         predictor_actor: name of the Ray actor holding the predictor (shared by trainer and workers).

@@ -88,3 +88,30 @@ class ExternalVLLMServer:
     def stats(self) -> dict[str, Any]:
         """Requests served and prompt tokens served from the prefix cache, since start."""
         return {"name": self.name, "served": self.served, "cached_tokens": self.cached_tokens}
+
+
+def _load_balancer_base() -> type:
+    from verl.workers.rollout.router import GlobalRequestLoadBalancer
+
+    return GlobalRequestLoadBalancer
+
+
+class AffinityRecordingLoadBalancer(_load_balancer_base()):  # type: ignore[misc]
+    """verl's ``GlobalRequestLoadBalancer`` (sticky session + least in-flight; routing unchanged) that also
+    records which server each request id was sent to, so a run can check that all requests of a prompt (request
+    id = uid) reached one replica. Pass it as ``load_balancer_cls`` to verl's ``get_router_handle``.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._routes: dict[str, dict[str, int]] = {}
+
+    def acquire_server(self, request_id: str) -> tuple[str, Any]:
+        server_id, handle = super().acquire_server(request_id)
+        per = self._routes.setdefault(str(request_id), {})
+        per[server_id] = per.get(server_id, 0) + 1
+        return server_id, handle
+
+    def routes(self) -> dict[str, dict[str, int]]:
+        """request id -> {server id: requests sent there}; one entry per request id means perfect affinity."""
+        return {k: dict(v) for k, v in self._routes.items()}
