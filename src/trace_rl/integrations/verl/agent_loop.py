@@ -17,6 +17,7 @@ and prefix-cache hits of its requests.
 
 from __future__ import annotations
 
+import json
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,13 +62,16 @@ class TracePrefix:
 
 def task_from_row(row: dict[str, Any]) -> Task:
     """The trace-rl `Task` of a verl dataset row: ``extra_info["trace_task"]`` holds the Task's fields (id, env,
-    prompt, answer, tools, metadata), as written by `trace_rl.integrations.verl.data.tasks_to_rows`.
+    prompt, answer, tools, metadata) as a JSON string (or a dict), as written by
+    `trace_rl.integrations.verl.data.tasks_to_rows`.
 
     Raises:
         ValueError: the row has no ``extra_info.trace_task``.
     """
     info = row.get("extra_info") or {}
     spec = info.get("trace_task") if isinstance(info, dict) else None
+    if isinstance(spec, str):
+        spec = json.loads(spec)
     if not isinstance(spec, dict):
         raise ValueError("a trace_agent row needs extra_info.trace_task (see trace_rl.integrations.verl.data)")
     return Task(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,8 @@ from trace_rl.types import Task
 def task_row(task: Task, index: int) -> dict[str, Any]:
     """One verl row: ``data_source`` (the env), ``prompt`` (chat messages, for verl's dataset and logs),
     ``agent_name`` = ``trace_agent``, ``reward_model`` (ground truth, informational: the env scores),
-    ``extra_info`` with ``index`` and ``trace_task`` (the Task's fields; `agent_loop.task_from_row` reads it)."""
+    ``extra_info`` with ``index`` and ``trace_task``: the Task's fields as a JSON string (parquet cannot store
+    arbitrary nested metadata; `agent_loop.task_from_row` reads it)."""
     return {
         "data_source": task.env,
         "prompt": [{"role": "user", "content": task.prompt}],
@@ -22,14 +24,16 @@ def task_row(task: Task, index: int) -> dict[str, Any]:
         "reward_model": {"style": "rule", "ground_truth": task.answer or ""},
         "extra_info": {
             "index": index,
-            "trace_task": {
-                "id": task.id,
-                "env": task.env,
-                "prompt": task.prompt,
-                "answer": task.answer,
-                "tools": list(task.tools),
-                "metadata": dict(task.metadata),
-            },
+            "trace_task": json.dumps(
+                {
+                    "id": task.id,
+                    "env": task.env,
+                    "prompt": task.prompt,
+                    "answer": task.answer,
+                    "tools": list(task.tools),
+                    "metadata": dict(task.metadata),
+                }
+            ),
         },
     }
 

@@ -34,6 +34,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
 from trace_rl.allocation import allocate_roots
+from trace_rl.integrations.verl.agent_loop import task_from_row
 from trace_rl.integrations.verl.config import TraceVerlConfig
 from trace_rl.integrations.verl.estimators import TRACE_ESTIMATORS, tree_layouts
 from trace_rl.integrations.verl.layout import RowLayout
@@ -73,9 +74,8 @@ def prompt_text(row: dict[str, Any]) -> str:
     """The text the predictor scores for a prompt: ``extra_info.trace_task.prompt``, else the last user message
     of ``raw_prompt``, serialized as a depth-0 anchor."""
     info = row.get("extra_info") or {}
-    spec = info.get("trace_task") if isinstance(info, dict) else None
-    if isinstance(spec, dict):
-        return serialize_anchor(str(spec["prompt"]))
+    if isinstance(info, dict) and info.get("trace_task") is not None:
+        return serialize_anchor(task_from_row(row).prompt)
     messages = row.get("raw_prompt") or row.get("prompt") or []
     users = [m.get("content", "") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
     return serialize_anchor(str(users[-1] if users else ""))
@@ -162,20 +162,29 @@ class TraceTrainer(PPOTrainerSync):  # type: ignore[misc]
         with tree_layouts(fetch_layouts(batch.keys, batch.tags, batch.partition_id)):
             return super()._compute_advantage(batch, metrics)
 
-    def on_step_end(self) -> None:
-        super().on_step_end()
-        finished = self.agent_loop_manager.pop_finished()
+    def update_predictor(self, finished: Sequence[dict[str, Any]]) -> dict[str, float]:
+        """One predictor update on the nodes of finished trees (`TraceAgentLoopManager.pop_finished` records:
+        text = serialized prefix, target = mean leaf reward below the node, weight as `node_examples`).
+
+        Returns:
+            ``trace/*`` metrics: the predictor's own (``trace/predictor_*``), replays and replay budget spent.
+        """
         examples = [e for rec in finished for e in rec["examples"]]
-        stats: dict[str, Any] = {}
+        out: dict[str, float] = {}
         if examples:
             stats = ray.get(
                 self._predictor.update.remote(
                     [e["text"] for e in examples], [e["target"] for e in examples], [e["weight"] for e in examples]
                 )
             )
-        pending = dict(getattr(self, "_pending_sync_metrics", None) or {})
-        pending.update({f"trace/predictor_{k}": float(v) for k, v in stats.items() if isinstance(v, int | float)})
+            out.update({f"trace/predictor_{k}": float(v) for k, v in stats.items() if isinstance(v, int | float)})
+            out["trace/predictor_examples"] = float(len(examples))
         if finished:
-            pending["trace/replays"] = float(sum(r["replays"] for r in finished))
-            pending["trace/replay_budget"] = float(sum(r["replay_budget"] for r in finished))
-        self._pending_sync_metrics = pending
+            out["trace/replays"] = float(sum(r["replays"] for r in finished))
+            out["trace/replay_budget"] = float(sum(r["replay_budget"] for r in finished))
+        return out
+
+    def on_step_end(self) -> None:
+        super().on_step_end()  # verl's weight sync to the rollout replicas
+        metrics = self.update_predictor(self.agent_loop_manager.pop_finished())
+        self._pending_sync_metrics = {**(getattr(self, "_pending_sync_metrics", None) or {}), **metrics}
