@@ -85,12 +85,12 @@ def test_the_seams_the_adapter_overrides_keep_their_signatures() -> None:
 
 
 def test_register_module_registers_all_three_extensions() -> None:
-    import trace_rl.integrations.verl.register  # noqa: F401
     from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
     from verl.trainer.ppo import core_algos
     from verl.trainer.ppo.v1.trainer_base import get_trainer_cls
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
+    import trace_rl.integrations.verl.register  # noqa: F401
     from trace_rl.integrations.verl.estimators import (
         compute_trace_tree_grpo_advantage,
         compute_trace_treerpo_advantage,
@@ -100,7 +100,9 @@ def test_register_module_registers_all_three_extensions() -> None:
     assert get_trainer_cls("trace_sync") is TraceTrainer and issubclass(TraceTrainer, PPOTrainerSync)
     assert core_algos.get_adv_estimator_fn("trace_treerpo") is compute_trace_treerpo_advantage
     assert core_algos.get_adv_estimator_fn("trace_tree_grpo") is compute_trace_tree_grpo_advantage
-    assert _agent_loop_registry["trace_agent"] == {"_target_": "trace_rl.integrations.verl.agent_loop.TraceAgentLoop"}
+    assert _agent_loop_registry["trace_agent"] == {
+        "_target_": "trace_rl.integrations.verl.agent_loop.TraceAgentLoop"
+    }
     from trace_rl.integrations.verl.estimators import register_estimators
 
     register_estimators()  # idempotent: a second registration of the same functions is accepted

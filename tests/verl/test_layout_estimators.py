@@ -44,7 +44,8 @@ def test_rows_rebuild_the_tree() -> None:
     built = tree_from_rows(LAYOUTS, REWARDS)
     t = built.tree
     assert t.num_nodes == 9 and t.num_leaves == 4
-    assert t.num_root_rollouts == 2 and t.num_replays == 2  # inferred from node order (lowest child continues)
+    # is_replay is inferred from node order: the lowest-id child continues its chain
+    assert t.num_root_rollouts == 2 and t.num_replays == 2
     # nodes by (depth, session): depth 1: (0,0)->1 (1,0)->2; depth 2: (0,1)->3 (1,1)->4 (2,1)->5 (3,1)->6 ...
     assert [n.tolist() for n in built.row_nodes] == [[1, 3, 7], [2, 4], [1, 5, 8], [2, 6]]
     assert np.allclose(t.value_targets()[[1, 2]], [0.5, 0.5])
@@ -74,7 +75,6 @@ def random_batch(rng: np.random.Generator, prompts: int = 3):  # type: ignore[no
     trees, layouts, rewards, index, rows_masks, rows_ids = [], [], [], [], [], []
     for p in range(prompts):
         tree = RolloutTree.new()
-        paths: list[tuple[list[int], list[Turn]]] = []
 
         def turns(k: int) -> list[Turn]:
             out = []
@@ -118,7 +118,9 @@ def random_batch(rng: np.random.Generator, prompts: int = 3):  # type: ignore[no
 
 
 @pytest.mark.parametrize("seed", range(20))
-@pytest.mark.parametrize(("name", "ours"), [("trace_treerpo", treerpo_advantages), ("trace_tree_grpo", tree_grpo_advantages)])
+@pytest.mark.parametrize(
+    ("name", "ours"), [("trace_treerpo", treerpo_advantages), ("trace_tree_grpo", tree_grpo_advantages)]
+)
 def test_registered_estimator_through_verl_equals_trace_rl(seed: int, name: str, ours) -> None:  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(seed)
     trees, layouts, rewards, index, row_masks, row_ids = random_batch(rng)
@@ -130,10 +132,12 @@ def test_registered_estimator_through_verl_equals_trace_rl(seed: int, name: str,
         mask[j, : row_masks[i].size] = row_masks[i]
         tlr[j, row_masks[i].size - 1] = rewards[i]  # verl's rm_scores: the reward on the last response token
     data = DataProto.from_dict(
-        tensors={"token_level_rewards": torch.tensor(tlr, dtype=torch.float32), "response_mask": torch.tensor(mask)}
+        tensors={
+            "token_level_rewards": torch.tensor(tlr, dtype=torch.float32),
+            "response_mask": torch.tensor(mask),
+        }
     )
     data.non_tensor_batch["uid"] = np.array([index[i] for i in order], dtype=object)
-    cfg = TraceVerlConfig()  # noqa: F841  (the estimators need no trace config)
     with tree_layouts([layouts[i] for i in order]):
         out = compute_advantage(data, adv_estimator=name, config=None).batch["advantages"].numpy()
     expected = {}
@@ -147,7 +151,9 @@ def test_registered_estimator_through_verl_equals_trace_rl(seed: int, name: str,
 
 
 def test_padding_rows_get_zero_and_estimators_refuse_without_layouts() -> None:
-    adv = tree_token_advantages([*LAYOUTS, None], ["u"] * 5, [*REWARDS, 0.0], np.vstack([masks(), np.ones(9)]))
+    adv = tree_token_advantages(
+        [*LAYOUTS, None], ["u"] * 5, [*REWARDS, 0.0], np.vstack([masks(), np.ones(9)])
+    )
     assert np.all(adv[4] == 0)
     with pytest.raises(ValueError, match="trace_sync"):
         compute_trace_treerpo_advantage(torch.zeros(2, 3), torch.ones(2, 3), index=["a", "a"])
@@ -158,8 +164,12 @@ def test_inconsistent_rows_are_rejected() -> None:
         tree_from_rows([LAYOUTS[0], LAYOUTS[0]], [1.0, 0.0])
     with pytest.raises(ValueError, match="children"):  # a row ending inside another row's path
         tree_from_rows([LAYOUTS[0], RowLayout(np.array([0, 0]), np.array([3, 3]))], [1.0, 0.0])
-    with pytest.raises(ValueError, match="parent"):  # session 2 continues node (0, 0) in one row, (1, 0) in another
-        tree_from_rows([RowLayout(np.array([0, 2]), np.array([1, 1])), RowLayout(np.array([1, 2]), np.array([1, 1]))], [0, 1])
+    # session 2 continues node (0, 0) in one row and node (1, 0) in another
+    with pytest.raises(ValueError, match="parent"):
+        tree_from_rows(
+            [RowLayout(np.array([0, 2]), np.array([1, 1])), RowLayout(np.array([1, 2]), np.array([1, 1]))],
+            [0, 1],
+        )
     with pytest.raises(ValueError, match="response has"):
         tree_token_advantages(LAYOUTS, ["u"] * 4, REWARDS, np.ones((4, 4)))
     with pytest.raises(ValueError, match="turn lengths"):

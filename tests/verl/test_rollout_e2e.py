@@ -16,7 +16,6 @@ by PID at the end.
 
 from __future__ import annotations
 
-import os
 import time
 import types
 import uuid
@@ -120,7 +119,9 @@ def run(tmp_path_factory):  # type: ignore[no-untyped-def]
 def submit(policy, folder, servers):  # type: ignore[no-untyped-def]
     """One TRACE rollout step: TraceTrainer's prepare_step on verl's own dataloader, the worker's per-prompt
     stage on the vLLM-CPU replicas, then verl's ReplayBuffer sampling exactly the active prompt groups."""
-    tasks = [Task(id=f"p{i}", env="parity", prompt=f"Count to {i + 3}, one number per turn.") for i in range(4)]
+    tasks = [
+        Task(id=f"p{i}", env="parity", prompt=f"Count to {i + 3}, one number per turn.") for i in range(4)
+    ]
     data_file = write_parquet(tasks, Path(folder).parent / "train.parquet")
     cfg = verl_config(folder, data_file)
     trace = TraceVerlConfig.from_verl(cfg)
@@ -149,7 +150,15 @@ def submit(policy, folder, servers):  # type: ignore[no-untyped-def]
     finished = {rec["uid"]: rec for rec in manager.pop_finished()}
     uids = sorted({k.split("_")[0] for k in meta.keys})
     m = {uid: finished[uid]["roots"] for uid in finished}
-    fields = ["uid", "rm_scores", "response_mask", "responses", "trace_sessions", "trace_turn_lens", "extra_fields"]
+    fields = [
+        "uid",
+        "rm_scores",
+        "response_mask",
+        "responses",
+        "trace_sessions",
+        "trace_turn_lens",
+        "extra_fields",
+    ]
     data = tq.kv_batch_get(keys=meta.keys, partition_id="train", select_fields=fields)
     return types.SimpleNamespace(
         cfg=cfg, trace=trace, trainer=trainer, plan=plan_metrics, m=m, uids=uids, meta=meta, data=data,
@@ -171,7 +180,11 @@ def test_root_counts_equal_the_allocation_and_skipped_prompts_never_run(run):  #
         assert run.trace.min_rollouts <= mi <= run.trace.max_rollouts
         sessions = sorted(int(k.rsplit("_", 2)[1]) for k in keys_of(run, uid))
         assert sessions[:mi] == list(range(mi))  # roots are sessions 0..m_i-1
-        roots = [i for i, k in enumerate(run.meta.keys) if k.split("_")[0] == uid and not run.data["extra_fields"][i]["trace_is_replay"]]
+        roots = [
+            i
+            for i, k in enumerate(run.meta.keys)
+            if k.split("_")[0] == uid and not run.data["extra_fields"][i]["trace_is_replay"]
+        ]
         assert len(roots) == mi
 
 
@@ -220,11 +233,18 @@ def test_replays_hit_their_replicas_prefix_cache(run):  # type: ignore[no-untype
 
 def materialised(run):  # type: ignore[no-untyped-def]
     d = run.data
-    rm = [torch.as_tensor(x) for x in (d["rm_scores"].unbind() if d["rm_scores"].is_nested else d["rm_scores"])]
-    mask = [torch.as_tensor(x) for x in (d["response_mask"].unbind() if d["response_mask"].is_nested else d["response_mask"])]
+    rm = [
+        torch.as_tensor(x) for x in (d["rm_scores"].unbind() if d["rm_scores"].is_nested else d["rm_scores"])
+    ]
+    mask = [
+        torch.as_tensor(x)
+        for x in (d["response_mask"].unbind() if d["response_mask"].is_nested else d["response_mask"])
+    ]
     width = max(x.numel() for x in rm)
     pad = lambda xs: torch.stack([torch.nn.functional.pad(x, (0, width - x.numel())) for x in xs])  # noqa: E731
-    proto = DataProto.from_dict(tensors={"token_level_rewards": pad(rm).float(), "response_mask": pad(mask).long()})
+    proto = DataProto.from_dict(
+        tensors={"token_level_rewards": pad(rm).float(), "response_mask": pad(mask).long()}
+    )
     proto.non_tensor_batch["uid"] = np.array([k.split("_")[0] for k in run.meta.keys], dtype=object)
     return proto, mask
 
@@ -269,4 +289,6 @@ def test_trainer_updates_the_shared_predictor_on_the_finished_trees(run):  # typ
     assert np.abs(after - before).max() > 1e-3
     for rec in records:  # every example is a node of its tree: targets are value targets
         tree = RolloutTree.from_dict(rec["tree"])
-        assert {round(e["target"], 9) for e in rec["examples"]} <= {round(float(x), 9) for x in tree.value_targets()}
+        assert {round(e["target"], 9) for e in rec["examples"]} <= {
+            round(float(x), 9) for x in tree.value_targets()
+        }

@@ -73,7 +73,9 @@ def task_from_row(row: dict[str, Any]) -> Task:
     if isinstance(spec, str):
         spec = json.loads(spec)
     if not isinstance(spec, dict):
-        raise ValueError("a trace_agent row needs extra_info.trace_task (see trace_rl.integrations.verl.data)")
+        raise ValueError(
+            "a trace_agent row needs extra_info.trace_task (see trace_rl.integrations.verl.data)"
+        )
     return Task(
         id=str(spec["id"]),
         env=str(spec["env"]),
@@ -128,7 +130,9 @@ class VerlServerBackend:
         self.cached_tokens: list[int | None] = []
         self.versions: list[int | None] = []
 
-    async def generate(self, prompt_token_ids: Sequence[int], sampling: SamplingParams, n: int = 1) -> list[Completion]:
+    async def generate(
+        self, prompt_token_ids: Sequence[int], sampling: SamplingParams, n: int = 1
+    ) -> list[Completion]:
         """n completions, one request each (seeds `completion_seed(sampling.seed, i)`); finish_reason "stop" when
         the last token is a stop id, else "length"."""
         stop = tuple(sampling.stop_ids) if sampling.stop_ids is not None else self.stop_ids
@@ -148,7 +152,9 @@ class VerlServerBackend:
                 self.request_id, prompt_ids=[int(t) for t in prompt_token_ids], sampling_params=params
             )
             ids = np.asarray(res.token_ids, dtype=np.int64)
-            lps = np.asarray(res.log_probs if res.log_probs is not None else np.zeros(ids.size), dtype=np.float32)
+            lps = np.asarray(
+                res.log_probs if res.log_probs is not None else np.zeros(ids.size), dtype=np.float32
+            )
             extra = dict(res.extra_fields or {})
             self.replicas.append(extra.get("replica"))
             self.cached_tokens.append(extra.get("cached_tokens"))
@@ -251,4 +257,6 @@ class TraceAgentLoop(AgentLoopBase):  # type: ignore[misc]
             seed=seed,
             start=prefix.save_point if prefix is not None else None,
         )
-        return AgentLoopOutput(metrics=AgentLoopMetrics(), **build_output(episode, prefix, session_id, backend))
+        return AgentLoopOutput(
+            metrics=AgentLoopMetrics(), **build_output(episode, prefix, session_id, backend)
+        )

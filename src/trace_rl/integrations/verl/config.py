@@ -42,7 +42,13 @@ class TraceVerlConfig:
     predictor_actor: str = "trace_predictor"
 
     def __post_init__(self) -> None:
-        for name in ("root_budget", "continuations", "max_active", "candidate_pool", "max_replays_per_anchor"):
+        for name in (
+            "root_budget",
+            "continuations",
+            "max_active",
+            "candidate_pool",
+            "max_replays_per_anchor",
+        ):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"trace.{name} must be >= 0, got {getattr(self, name)}")
         if not 1 <= self.min_rollouts <= self.max_rollouts:

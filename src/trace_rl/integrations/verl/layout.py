@@ -50,7 +50,9 @@ class RowLayout:
     def __post_init__(self) -> None:
         s, t = np.asarray(self.sessions), np.asarray(self.turn_lens)
         if s.ndim != 1 or s.shape != t.shape:
-            raise ValueError(f"sessions and turn_lens must be 1-D of equal length, got {s.shape} and {t.shape}")
+            raise ValueError(
+                f"sessions and turn_lens must be 1-D of equal length, got {s.shape} and {t.shape}"
+            )
         if s.size == 0:
             raise ValueError("a row needs at least one turn")
         if (t < 1).any() or (s < 0).any():
@@ -152,7 +154,9 @@ def tree_token_advantages(
             inconsistent tree (see `tree_from_rows`).
     """
     if estimator not in TREE_ESTIMATORS:
-        raise ValueError(f"unknown tree estimator {estimator!r}; expected one of {', '.join(TREE_ESTIMATORS)}")
+        raise ValueError(
+            f"unknown tree estimator {estimator!r}; expected one of {', '.join(TREE_ESTIMATORS)}"
+        )
     mask = np.asarray(response_mask, dtype=np.float64)
     r = np.asarray(rewards, dtype=np.float64)
     b = len(layouts)
@@ -175,7 +179,9 @@ def tree_token_advantages(
             assert lay is not None
             lens = np.asarray(lay.turn_lens, dtype=np.int64)
             if int(lens.sum()) > mask.shape[1]:
-                raise ValueError(f"row {i}: turns cover {int(lens.sum())} tokens, the response has {mask.shape[1]}")
+                raise ValueError(
+                    f"row {i}: turns cover {int(lens.sum())} tokens, the response has {mask.shape[1]}"
+                )
             per_turn = adv[nodes] if node_level else np.full(nodes.shape, adv[int(nodes[-1])])
             out[i, : int(lens.sum())] = np.repeat(per_turn, lens)
     return np.asarray(out * mask, dtype=np.float32)

@@ -30,7 +30,9 @@ class PredictorActor:
             return []
         return [float(x) for x in np.asarray(self.predictor.predict(list(texts)), dtype=np.float64)]
 
-    def update(self, texts: Sequence[str], targets: Sequence[float], weights: Sequence[float] | None = None) -> dict:
+    def update(
+        self, texts: Sequence[str], targets: Sequence[float], weights: Sequence[float] | None = None
+    ) -> dict:
         """One online update on (text, target) pairs (targets in [0, 1]); returns the predictor's metrics."""
         if not texts:
             return {}

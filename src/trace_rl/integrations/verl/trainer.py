@@ -87,13 +87,17 @@ def _rows(column: Any) -> list[Any]:
     return list(column)
 
 
-def fetch_layouts(keys: Sequence[str], tags: Sequence[dict[str, Any]], partition_id: str) -> list[RowLayout | None]:
+def fetch_layouts(
+    keys: Sequence[str], tags: Sequence[dict[str, Any]], partition_id: str
+) -> list[RowLayout | None]:
     """Each row's `RowLayout` from TransferQueue (None for verl's padding rows, tagged ``is_padding``)."""
     real = [i for i, t in enumerate(tags) if not t.get("is_padding", False)]
     out: list[RowLayout | None] = [None] * len(keys)
     if not real:
         return out
-    data = tq.kv_batch_get(keys=[keys[i] for i in real], partition_id=partition_id, select_fields=LAYOUT_FIELDS)
+    data = tq.kv_batch_get(
+        keys=[keys[i] for i in real], partition_id=partition_id, select_fields=LAYOUT_FIELDS
+    )
     sessions, lens = _rows(data["trace_sessions"]), _rows(data["trace_turn_lens"])
     for j, i in enumerate(real):
         out[i] = RowLayout(
@@ -136,9 +140,16 @@ class TraceTrainer(PPOTrainerSync):  # type: ignore[misc]
         tb = int(self.config.data.train_batch_size)
         pool = self._next_train_batch(self.trace.candidate_pool or 2 * tb)
         n = len(pool)
-        rows = [{k: _column(pool, k)[i] for k in ("extra_info", "raw_prompt") if k in pool.keys()} for i in range(n)]
-        v = np.asarray(ray.get(self._predictor.predict.remote([prompt_text(r) for r in rows])), dtype=np.float64)
-        m = plan_roots(v, self.trace, train_batch_size=tb, rollout_n=int(self.config.actor_rollout_ref.rollout.n))
+        rows = [
+            {k: _column(pool, k)[i] for k in ("extra_info", "raw_prompt") if k in pool.keys()}
+            for i in range(n)
+        ]
+        v = np.asarray(
+            ray.get(self._predictor.predict.remote([prompt_text(r) for r in rows])), dtype=np.float64
+        )
+        m = plan_roots(
+            v, self.trace, train_batch_size=tb, rollout_n=int(self.config.actor_rollout_ref.rollout.n)
+        )
         active = np.flatnonzero(m)
         batch = tu.index_select_tensor_dict(pool, torch.as_tensor(active, dtype=torch.long))
         batch["__rollout_n__"] = torch.as_tensor(m[active], dtype=torch.int64)
@@ -174,10 +185,14 @@ class TraceTrainer(PPOTrainerSync):  # type: ignore[misc]
         if examples:
             stats = ray.get(
                 self._predictor.update.remote(
-                    [e["text"] for e in examples], [e["target"] for e in examples], [e["weight"] for e in examples]
+                    [e["text"] for e in examples],
+                    [e["target"] for e in examples],
+                    [e["weight"] for e in examples],
                 )
             )
-            out.update({f"trace/predictor_{k}": float(v) for k, v in stats.items() if isinstance(v, int | float)})
+            out.update(
+                {f"trace/predictor_{k}": float(v) for k, v in stats.items() if isinstance(v, int | float)}
+            )
             out["trace/predictor_examples"] = float(len(examples))
         if finished:
             out["trace/replays"] = float(sum(r["replays"] for r in finished))

@@ -110,7 +110,9 @@ class TraceAgentLoopWorker(_WorkerBase):  # type: ignore[misc, valid-type]
             kwargs["trace_turn_lens"] = torch.tensor(last["trace_turn_lens"], dtype=torch.int64)
         return await super()._agent_loop_postprocess(output, validate, **kwargs)
 
-    async def _run_prompt(self, prompt: dict, sampling_params: dict, trajectory: dict, trace: bool = False) -> None:
+    async def _run_prompt(
+        self, prompt: dict, sampling_params: dict, trajectory: dict, trace: bool = False
+    ) -> None:
         if trajectory["validate"] or prompt.get("agent_name") != TRACE_AGENT:
             return await super()._run_prompt(prompt, sampling_params, trajectory, trace)
         uid = str(prompt["uid"])
@@ -159,7 +161,9 @@ class TraceAgentLoopWorker(_WorkerBase):  # type: ignore[misc, valid-type]
         if m < 1:
             raise ValueError(f"__rollout_n__ must be >= 1 for a submitted prompt, got {m}")
         task = task_from_row(prompt)
-        roots = await self._sessions(uid, prompt, sampling_params, trajectory, trace, [(i, None) for i in range(m)])
+        roots = await self._sessions(
+            uid, prompt, sampling_params, trajectory, trace, [(i, None) for i in range(m)]
+        )
         tree = RolloutTree.new(prompt_ids=roots[0].prompt_ids, meta={"uid": uid, "task_id": task.id})
         origin: dict[int, int] = {}  # node -> session that sampled it
         save_of: dict[int, SavePoint] = {}
@@ -168,25 +172,26 @@ class TraceAgentLoopWorker(_WorkerBase):  # type: ignore[misc, valid-type]
             origin.update({int(n): s for n in nodes})
             save_of.update({int(n): sp for n, sp in zip(nodes[:-1], ep.save_points, strict=False)})
         anchors = [a for a in tree.anchors() if a.node in save_of]
+        paths = [tree.path_to(a.node)[1:] for a in anchors]  # the prefix's nodes, first turn first
+        prefixes = [
+            TracePrefix(
+                np.asarray(tree.prompt_ids, dtype=np.int64),
+                tuple(t for t in (tree.turn(int(n)) for n in path) if t is not None),
+                tuple(origin[int(n)] for n in path),
+                save_of[a.node],
+            )
+            for a, path in zip(anchors, paths, strict=True)
+        ]
         budget = self.trace.continuations * m
         values = np.zeros(len(anchors))
         k = np.zeros(len(anchors), dtype=np.int64)
         if anchors and budget > 0:
-            paths = [tree.path_to(a.node)[1:] for a in anchors]
-            texts = [serialize_anchor(task.prompt, [tree.turn(int(n)) for n in p]) for p in paths]
+            texts = [serialize_anchor(task.prompt, p.turns) for p in prefixes]
             values = np.asarray(await predictor_handle(self.trace).predict.remote(texts), dtype=np.float64)
             q = repeat_probability([a.reward for a in anchors], values)
-            cap = self.trace.max_replays_per_anchor or None
-            k = allocate_prefixes(q, budget, max_per_prefix=cap)
-        jobs: list[tuple[int, TracePrefix, int]] = []
-        for a, path, kj in zip(anchors, [tree.path_to(a.node)[1:] for a in anchors], k.tolist(), strict=True):
-            turns = tuple(t for t in (tree.turn(int(n)) for n in path) if t is not None)
-            prefix = TracePrefix(
-                np.asarray(tree.prompt_ids, dtype=np.int64),
-                turns,
-                tuple(origin[int(n)] for n in path),
-                save_of[a.node],
-            )
+            k = allocate_prefixes(q, budget, max_per_prefix=self.trace.max_replays_per_anchor or None)
+        jobs: list[tuple[int, TracePrefix, int]] = []  # (session id, prefix, anchor node)
+        for a, prefix, kj in zip(anchors, prefixes, k.tolist(), strict=True):
             jobs += [(m + len(jobs) + r, prefix, a.node) for r in range(int(kj))]
         replays = await self._sessions(
             uid, prompt, sampling_params, trajectory, trace, [(s, p) for s, p, _ in jobs]
