@@ -10,8 +10,7 @@ MYPY_STRICT := src/trace_rl/types.py src/trace_rl/allocation src/trace_rl/tree s
                src/trace_rl/predictor/metrics.py src/trace_rl/predictor/serialize.py src/trace_rl/predictor/examples.py \
                src/trace_rl/predictor/base.py src/trace_rl/predictor/online.py \
                src/trace_rl/rollout/backends.py src/trace_rl/rollout/toy_env.py src/trace_rl/policy/chat.py \
-               src/trace_rl/rollout/http.py src/trace_rl/rollout/servers.py src/trace_rl/rollout/pool.py \
-               src/trace_rl/integrations/verl/layout.py src/trace_rl/integrations/verl/config.py
+               src/trace_rl/rollout/http.py src/trace_rl/rollout/servers.py src/trace_rl/rollout/pool.py
 
 .PHONY: install vllm verl verl-test demo test lint typecheck contracts bench clean
 
