@@ -34,6 +34,7 @@ SYMBOLS = [
     ("verl.utils.tensordict_utils", "get_tensordict"),
     ("verl.utils.tensordict_utils", "assign_non_tensor_data"),
     ("verl.protocol", "DataProto"),
+    ("verl.utils.import_utils", "load_class_from_fqn"),
     ("transfer_queue", "init"),
     ("transfer_queue", "async_kv_put"),
     ("transfer_queue", "kv_batch_get"),

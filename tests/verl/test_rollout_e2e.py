@@ -29,6 +29,7 @@ import transfer_queue as tq
 from omegaconf import OmegaConf
 from verl.protocol import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
+from verl.utils.import_utils import load_class_from_fqn
 from verl.workers.rollout.llm_server import LLMServerClient
 from verl.workers.rollout.router import get_router_handle
 
@@ -64,6 +65,9 @@ def verl_config(model_dir: Path, data_file: Path) -> object:
     cfg.actor_rollout_ref.rollout.response_length = 512
     cfg.actor_rollout_ref.rollout.agent.num_workers = 1
     cfg.actor_rollout_ref.rollout.agent.default_agent_loop = "trace_agent"
+    cfg.actor_rollout_ref.rollout.agent.agent_loop_manager_class = (
+        "trace_rl.integrations.verl.worker.TraceAgentLoopManager"
+    )
     cfg.data.train_batch_size = 2
     cfg.data.train_files = str(data_file)
     cfg.data.val_files = str(data_file)
@@ -130,7 +134,12 @@ def submit(policy, folder, servers):  # type: ignore[no-untyped-def]
         for i, s in enumerate(servers)
     }
     lb = get_router_handle(actors, load_balancer_cls=AffinityRecordingLoadBalancer)
-    manager = TraceAgentLoopManager.create(
+    # as verl's TaskRunnerV1.init_agent_loop_manager does with rollout.agent.agent_loop_manager_class
+    manager_cls = load_class_from_fqn(
+        cfg.actor_rollout_ref.rollout.agent.agent_loop_manager_class, "AgentLoopManager"
+    )
+    assert manager_cls is TraceAgentLoopManager
+    manager = manager_cls.create(
         config=cfg,
         llm_client=LLMServerClient(cfg, load_balancer_handle=lb),
         teacher_client=None,

@@ -51,3 +51,26 @@ def write_parquet(tasks: Sequence[Task], path: str | Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(tasks_to_rows(tasks)).to_parquet(out)
     return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m trace_rl.integrations.verl.data --env math_python --split train --limit N --out FILE``:
+    write a trace-rl environment's tasks as a verl parquet file (``data.train_files``)."""
+    import argparse
+
+    from trace_rl.envs import load_tasks
+
+    ap = argparse.ArgumentParser(prog="python -m trace_rl.integrations.verl.data", description=main.__doc__)
+    ap.add_argument("--env", required=True, help="math_python | bfcl | multihop_qa")
+    ap.add_argument("--split", default="train")
+    ap.add_argument("--limit", type=int, default=1024)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    tasks = load_tasks(args.env, split=args.split, limit=args.limit, seed=args.seed)
+    print(write_parquet(tasks, args.out), len(tasks), "tasks")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
