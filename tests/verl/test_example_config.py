@@ -44,3 +44,27 @@ def test_example_config_composes_validates_and_resolves() -> None:
 def test_launch_script_points_at_the_example() -> None:
     script = (EXAMPLES / "run_qwen3_8b.sh").read_text()
     assert "--config-name trace_qwen3_8b" in script and "VERL_USE_EXTERNAL_MODULES" in script
+
+
+def test_device_script_overrides_compose_with_verls_config() -> None:
+    """scripts/device_check_verl.sh runs only on a GPU; its Hydra overrides are checked here against verl's
+    config (names, ``+`` for new keys) and verl's validate_config."""
+    import shlex
+
+    from verl.trainer.main_ppo import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    import verl
+
+    script = (EXAMPLES.parents[1] / "scripts/device_check_verl.sh").read_text()
+    body = script.split("-m verl.trainer.main_ppo", 1)[1].split("2>&1", 1)[0]
+    body = body.replace('"$OUT', '"/tmp/out').replace('"$MODEL"', "/tmp/model")
+    overrides = [t for t in shlex.split(body.replace("\\\n", " "))]
+    assert len(overrides) > 20
+    with initialize_config_dir(
+        config_dir=str(Path(verl.__file__).parent / "trainer/config"), version_base=None
+    ):
+        cfg = compose(config_name="ppo_trainer", overrides=overrides)
+    validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    assert cfg.trainer.v1.trainer_mode == "trace_sync" and cfg.trainer.total_training_steps == 1
+    assert TraceVerlConfig.from_verl(cfg).env == "toy_arith"
