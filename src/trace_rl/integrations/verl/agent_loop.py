@@ -114,7 +114,7 @@ class VerlServerBackend:
 
     Every request goes out as ``server_manager.generate(request_id, prompt_ids=..., sampling_params=...)`` with
     the one `request_id` this backend was made with (the prompt's uid: sticky routing to one replica).
-    ``sampling_params``: temperature, top_p, top_k -1, max_tokens, seed, stop_token_ids, logprobs True.
+    ``sampling_params``: temperature, top_p, top_k (-1: off), max_tokens, seed, stop_token_ids, logprobs True.
 
     Attributes:
         replicas: the ``extra_fields["replica"]`` of each response (None where the server does not say).
@@ -122,10 +122,11 @@ class VerlServerBackend:
         versions: the weight version (``global_steps``) of each response.
     """
 
-    def __init__(self, server_manager: Any, request_id: str, stop_ids: Sequence[int]):
+    def __init__(self, server_manager: Any, request_id: str, stop_ids: Sequence[int], top_k: int = -1):
         self.server_manager = server_manager
         self.request_id = request_id
         self.stop_ids = tuple(int(i) for i in stop_ids)
+        self.top_k = int(top_k)
         self.replicas: list[str | None] = []
         self.cached_tokens: list[int | None] = []
         self.versions: list[int | None] = []
@@ -141,7 +142,7 @@ class VerlServerBackend:
             params = {
                 "temperature": sampling.temperature,
                 "top_p": sampling.top_p,
-                "top_k": -1,
+                "top_k": self.top_k,
                 "max_tokens": sampling.max_new_tokens,
                 "seed": completion_seed(sampling.seed, i) % (2**31),
                 "stop_token_ids": list(stop),
@@ -222,7 +223,7 @@ class TraceAgentLoop(AgentLoopBase):  # type: ignore[misc]
     """verl agent loop running one trace-rl episode (root rollout, or replay when ``trace_prefix`` is set).
 
     Reads the ``trace`` config section (`TraceVerlConfig`: env, max_turns, max_context, max_new_tokens) and
-    the row's ``extra_info.trace_task``; temperature and top_p come from verl's sampling params. Registered
+    the row's ``extra_info.trace_task``; temperature, top_p and top_k come from verl's sampling params. Registered
     with verl's ``register`` as ``trace_agent`` when this module is imported.
     """
 
@@ -230,6 +231,11 @@ class TraceAgentLoop(AgentLoopBase):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         self.trace = TraceVerlConfig.from_verl(self.config)
         self.codec = ChatCodec(self.tokenizer)
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        # a turn ends at the chat template's end-of-turn token (and at EOS, which verl's vLLM server stops on)
+        self.stop_ids = tuple(
+            dict.fromkeys([self.codec.end_of_turn, *([int(eos)] if eos is not None else [])])
+        )
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         """One session: kwargs are the row's fields plus ``uid``, ``session_id`` and optional ``trace_prefix``."""
@@ -237,14 +243,15 @@ class TraceAgentLoop(AgentLoopBase):  # type: ignore[misc]
         prefix: TracePrefix | None = kwargs.get("trace_prefix")
         session_id = int(kwargs["session_id"])
         uid = str(kwargs["uid"])
-        backend = VerlServerBackend(self.server_manager, uid, (self.codec.end_of_turn,))
+        top_k = int(sampling_params.get("top_k", -1))
+        backend = VerlServerBackend(self.server_manager, uid, self.stop_ids, top_k=top_k)
         seed = session_seed(uid, session_id)
         sampling = SamplingParams(
             max_new_tokens=self.trace.max_new_tokens,
             temperature=float(sampling_params.get("temperature", 1.0)),
             top_p=float(sampling_params.get("top_p", 1.0)),
             seed=seed,
-            stop_ids=(self.codec.end_of_turn,),
+            stop_ids=self.stop_ids,
         )
         episode = await run_episode(
             backend,

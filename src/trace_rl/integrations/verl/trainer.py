@@ -151,6 +151,8 @@ class TraceTrainer(PPOTrainerSync):  # type: ignore[misc]
             v, self.trace, train_batch_size=tb, rollout_n=int(self.config.actor_rollout_ref.rollout.n)
         )
         active = np.flatnonzero(m)
+        if active.size == 0:  # allocate_roots spends a positive budget: unreachable unless the budget is 0
+            raise ValueError("the root allocation selected no prompt")
         batch = tu.index_select_tensor_dict(pool, torch.as_tensor(active, dtype=torch.long))
         batch["__rollout_n__"] = torch.as_tensor(m[active], dtype=torch.int64)
         self._submit_batch_to_rollout(batch)
