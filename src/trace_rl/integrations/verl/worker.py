@@ -96,6 +96,7 @@ class TraceAgentLoopWorker(_WorkerBase):  # type: ignore[misc, valid-type]
         self.trace = TraceVerlConfig.from_verl(self.config)
         self._episodes: dict[tuple[str, int], Episode] = {}
         self._finished: list[FinishedPrompt] = []
+        self._predictor: Any = None  # the shared predictor actor, looked up on first use
 
     async def _agent_loop_postprocess(self, output: Any, validate: Any, **kwargs: Any) -> Any:
         kwargs.pop("trace_prefix", None)  # a worker-side object, not a row field
@@ -187,7 +188,9 @@ class TraceAgentLoopWorker(_WorkerBase):  # type: ignore[misc, valid-type]
         k = np.zeros(len(anchors), dtype=np.int64)
         if anchors and budget > 0:
             texts = [serialize_anchor(task.prompt, p.turns) for p in prefixes]
-            values = np.asarray(await predictor_handle(self.trace).predict.remote(texts), dtype=np.float64)
+            if self._predictor is None:
+                self._predictor = predictor_handle(self.trace)
+            values = np.asarray(await self._predictor.predict.remote(texts), dtype=np.float64)
             q = repeat_probability([a.reward for a in anchors], values)
             k = allocate_prefixes(q, budget, max_per_prefix=self.trace.max_replays_per_anchor or None)
         jobs: list[tuple[int, TracePrefix, int]] = []  # (session id, prefix, anchor node)
