@@ -258,16 +258,15 @@ def materialised(run):  # type: ignore[no-untyped-def]
     return proto, mask
 
 
-@pytest.mark.parametrize(
-    ("name", "ours"), [("trace_treerpo", treerpo_advantages), ("trace_tree_grpo", tree_grpo_advantages)]
-)
-def test_registered_estimators_equal_trace_rl_tree_advantages(run, name, ours):  # type: ignore[no-untyped-def]
-    proto, masks = materialised(run)
-    layouts = fetch_layouts(run.meta.keys, run.meta.tags, "train")
-    with tree_layouts(layouts):
-        out = compute_advantage(proto, adv_estimator=name, config=run.cfg.algorithm)
-    adv = out.batch["advantages"].numpy()
+def assert_equal_to_trace_rl(run, adv, ours) -> None:  # type: ignore[no-untyped-def]
+    """adv[i] (row i of run.meta.keys, at least its response length) equals trace-rl's per-token advantages of
+    the same root-to-leaf path in the worker's tree, within 1e-6; padding is 0; some advantage is non-zero."""
     responses = run.data["responses"].unbind() if run.data["responses"].is_nested else run.data["responses"]
+    masks = (
+        run.data["response_mask"].unbind()
+        if run.data["response_mask"].is_nested
+        else run.data["response_mask"]
+    )
     spread = 0.0
     for uid in run.uids:
         tree = RolloutTree.from_dict(run.finished[uid]["tree"])
@@ -278,11 +277,38 @@ def test_registered_estimators_equal_trace_rl_tree_advantages(run, name, ours): 
             ids = tuple(int(t) for t in responses[i])
             path = paths[ids]  # the row is exactly one root-to-leaf path of the worker's tree
             n = len(ids)
-            assert np.array_equal(path.loss_mask, masks[i].numpy().astype(np.int8))
-            assert np.max(np.abs(adv[i, :n] - path.advantages)) < 1e-6
-            assert np.all(adv[i, n:] == 0)
+            row = np.asarray(adv[i], dtype=np.float64)
+            assert np.array_equal(path.loss_mask, np.asarray(masks[i]).astype(np.int8))
+            assert np.max(np.abs(row[:n] - path.advantages)) < 1e-6
+            assert np.all(row[n:] == 0)
             spread = max(spread, float(np.abs(path.advantages).max()))
     assert spread > 0  # the parity rewards make both outcomes appear: the comparison is not 0 == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "ours"), [("trace_treerpo", treerpo_advantages), ("trace_tree_grpo", tree_grpo_advantages)]
+)
+def test_registered_estimators_equal_trace_rl_tree_advantages(run, name, ours):  # type: ignore[no-untyped-def]
+    proto, _ = materialised(run)
+    layouts = fetch_layouts(run.meta.keys, run.meta.tags, "train")
+    with tree_layouts(layouts):
+        out = compute_advantage(proto, adv_estimator=name, config=run.cfg.algorithm)
+    assert_equal_to_trace_rl(run, out.batch["advantages"].numpy(), ours)
+
+
+def test_trainer_compute_advantage_writes_tree_advantages_to_transfer_queue(run):  # type: ignore[no-untyped-def]
+    """TraceTrainer's own _compute_advantage step (algorithm.adv_estimator=trace_treerpo) on the sampled batch:
+    old_log_probs from verl's rollout-correction bypass mode (old = rollout log-probs, no actor needed), then
+    verl's _compute_advantage with the layouts, which writes advantages back to TransferQueue."""
+    trainer = run.trainer
+    assert trainer.config.algorithm.adv_estimator == "trace_treerpo"
+    trainer.config.algorithm.rollout_correction.bypass_mode = True
+    metrics: dict = {}
+    batch = trainer._compute_old_log_prob(run.meta, metrics)
+    batch = trainer._compute_advantage(batch, metrics)
+    got = tq.kv_batch_get(keys=run.meta.keys, partition_id="train", select_fields=["advantages", "returns"])
+    adv = got["advantages"].unbind() if got["advantages"].is_nested else got["advantages"]
+    assert_equal_to_trace_rl(run, [a.numpy() for a in adv], treerpo_advantages)
 
 
 def test_trainer_updates_the_shared_predictor_on_the_finished_trees(run):  # type: ignore[no-untyped-def]
