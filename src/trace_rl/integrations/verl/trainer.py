@@ -1,0 +1,207 @@
+"""`TraceTrainer`: verl's synchronous v1 trainer with TRACE's root allocation, registered as
+``trainer.v1.trainer_mode=trace_sync`` through verl's ``register_trainer``.
+
+Only four methods differ from ``PPOTrainerSync``; ``fit()`` (validation, checkpoints, logging, TransferQueue
+cleanup), the replay buffer and the update are verl's:
+
+- `prepare_step`: fetch a candidate pool (``trace.candidate_pool`` prompts), score each prompt with the shared
+  predictor (v_i), solve ``allocate_roots(v, M, min_rollouts, max_rollouts, max_active)`` and submit only the
+  prompts with m_i > 0, each with ``__rollout_n__ = m_i`` (the agent-loop worker then adds N * m_i replays).
+- `_step_once`: sample exactly the submitted (active) prompt groups from verl's ``ReplayBuffer``, so it never
+  waits for skipped prompts.
+- `_compute_advantage`: for ``trace_treerpo`` / ``trace_tree_grpo``, fetch each row's tree layout from
+  TransferQueue and run verl's own ``_compute_advantage`` with it (`estimators.tree_layouts`).
+- `on_step_end`: verl's weight sync, then one predictor update on the finished trees' nodes (target: mean leaf
+  reward below the node) and TRACE metrics (``trace/*``).
+
+verl checks ``trainer_mode == "sync"`` in several places (replay buffer class, checkpoint and prompt persistence),
+so the trainer runs with ``self.trainer_mode = "sync"`` once constructed: it is verl's sync mode plus the above.
+``parameter_sync_step`` must be 1 (one update per step, on-policy replays).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import ray
+import torch
+import transfer_queue as tq
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils import tensordict_utils as tu
+
+from trace_rl.allocation import allocate_roots
+from trace_rl.integrations.verl.agent_loop import task_from_row
+from trace_rl.integrations.verl.config import TraceVerlConfig
+from trace_rl.integrations.verl.estimators import TRACE_ESTIMATORS, tree_layouts
+from trace_rl.integrations.verl.layout import RowLayout
+from trace_rl.integrations.verl.predictor import predictor_handle
+from trace_rl.predictor import serialize_anchor
+
+LAYOUT_FIELDS = ["trace_sessions", "trace_turn_lens"]
+
+
+def plan_roots(
+    v: npt.ArrayLike, config: TraceVerlConfig, *, train_batch_size: int, rollout_n: int
+) -> npt.NDArray[np.int64]:
+    """Root rollouts per candidate: ``allocate_roots(v, M, min_rollouts, max_rollouts, max_active)``.
+
+    Args:
+        v: float (P,) predicted success of each candidate prompt, in [0, 1].
+        config: ``trace.root_budget`` (M; 0 means rollout_n * train_batch_size, GRPO's spend on roots),
+            ``max_active`` (0 means train_batch_size), ``min_rollouts``, ``max_rollouts``.
+
+    Returns:
+        int64 (P,) m with sum(m) == M, each 0 or in [min, max], at most max_active non-zero.
+
+    Raises:
+        ValueError: from `allocate_roots` (invalid v, or a budget the caps cannot absorb).
+    """
+    budget = config.root_budget or rollout_n * train_batch_size
+    return allocate_roots(
+        v,
+        budget,
+        min_rollouts=config.min_rollouts,
+        max_rollouts=config.max_rollouts,
+        max_active=config.max_active or train_batch_size,
+    )
+
+
+def prompt_text(row: dict[str, Any]) -> str:
+    """The text the predictor scores for a prompt: ``extra_info.trace_task.prompt``, else the last user message
+    of ``raw_prompt``, serialized as a depth-0 anchor."""
+    info = row.get("extra_info") or {}
+    if isinstance(info, dict) and info.get("trace_task") is not None:
+        return serialize_anchor(task_from_row(row).prompt)
+    messages = row.get("raw_prompt") or row.get("prompt") or []
+    users = [m.get("content", "") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    return serialize_anchor(str(users[-1] if users else ""))
+
+
+def _rows(column: Any) -> list[Any]:
+    if isinstance(column, torch.Tensor):
+        return list(column.unbind()) if column.is_nested else [column[i] for i in range(column.shape[0])]
+    return list(column)
+
+
+def fetch_layouts(
+    keys: Sequence[str], tags: Sequence[dict[str, Any]], partition_id: str
+) -> list[RowLayout | None]:
+    """Each row's `RowLayout` from TransferQueue (None for verl's padding rows, tagged ``is_padding``)."""
+    real = [i for i, t in enumerate(tags) if not t.get("is_padding", False)]
+    out: list[RowLayout | None] = [None] * len(keys)
+    if not real:
+        return out
+    data = tq.kv_batch_get(
+        keys=[keys[i] for i in real], partition_id=partition_id, select_fields=LAYOUT_FIELDS
+    )
+    sessions, lens = _rows(data["trace_sessions"]), _rows(data["trace_turn_lens"])
+    for j, i in enumerate(real):
+        out[i] = RowLayout(
+            np.asarray(torch.as_tensor(sessions[j]).cpu(), dtype=np.int64),
+            np.asarray(torch.as_tensor(lens[j]).cpu(), dtype=np.int64),
+        )
+    return out
+
+
+def _column(batch: Any, key: str) -> list[Any]:
+    value = batch[key]
+    if hasattr(value, "tolist"):
+        return list(value.tolist())
+    return list(value)
+
+
+@register_trainer("trace_sync")
+class TraceTrainer(PPOTrainerSync):  # type: ignore[misc]
+    """verl ``PPOTrainerSync`` + TRACE root allocation and predictor (module doc). Same constructor."""
+
+    def __init__(self, config: Any):
+        self.trace = TraceVerlConfig.from_verl(config)
+        super().__init__(config)
+        if self.parameter_sync_step != 1:
+            raise ValueError("trace_sync needs parameter_sync_step == 1 (one update per step)")
+        self._active: int | None = None
+        self._plan_metrics: dict[str, float] = {}
+        self._predictor: Any = None
+
+    def _build_replay_buffer(self) -> Any:
+        self.trainer_mode = "sync"  # verl's sync mode everywhere it asks (module doc)
+        return super()._build_replay_buffer()
+
+    def init(self) -> None:
+        super().init()
+        self._predictor = predictor_handle(self.trace, create=True)
+
+    def prepare_step(self) -> dict:
+        """Score a candidate pool, allocate roots, submit the active prompts; returns ``trace/*`` metrics."""
+        tb = int(self.config.data.train_batch_size)
+        pool = self._next_train_batch(self.trace.candidate_pool or 2 * tb)
+        n = len(pool)
+        rows = [
+            {k: _column(pool, k)[i] for k in ("extra_info", "raw_prompt") if k in pool.keys()}
+            for i in range(n)
+        ]
+        v = np.asarray(
+            ray.get(self._predictor.predict.remote([prompt_text(r) for r in rows])), dtype=np.float64
+        )
+        m = plan_roots(
+            v, self.trace, train_batch_size=tb, rollout_n=int(self.config.actor_rollout_ref.rollout.n)
+        )
+        active = np.flatnonzero(m)
+        if active.size == 0:  # allocate_roots spends a positive budget: unreachable unless the budget is 0
+            raise ValueError("the root allocation selected no prompt")
+        batch = tu.index_select_tensor_dict(pool, torch.as_tensor(active, dtype=torch.long))
+        batch["__rollout_n__"] = torch.as_tensor(m[active], dtype=torch.int64)
+        self._submit_batch_to_rollout(batch)
+        self._active = int(active.size)
+        self._plan_metrics = {
+            "trace/candidates": float(n),
+            "trace/active_prompts": float(active.size),
+            "trace/skip_rate": float(1.0 - active.size / max(n, 1)),
+            "trace/root_rollouts": float(m.sum()),
+            "trace/rollouts_per_active_prompt": float(m[active].mean()) if active.size else 0.0,
+        }
+        return dict(self._plan_metrics)
+
+    def _step_once(self, metrics: dict, timing_raw: dict, sample_batch_size: int) -> Any:
+        return super()._step_once(metrics, timing_raw, self._active if self._active else sample_batch_size)
+
+    def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
+        if self.config.algorithm.adv_estimator not in TRACE_ESTIMATORS:
+            return super()._compute_advantage(batch, metrics)
+        with tree_layouts(fetch_layouts(batch.keys, batch.tags, batch.partition_id)):
+            return super()._compute_advantage(batch, metrics)
+
+    def update_predictor(self, finished: Sequence[dict[str, Any]]) -> dict[str, float]:
+        """One predictor update on the nodes of finished trees (`TraceAgentLoopManager.pop_finished` records:
+        text = serialized prefix, target = mean leaf reward below the node, weight as `node_examples`).
+
+        Returns:
+            ``trace/*`` metrics: the predictor's own (``trace/predictor_*``), replays and replay budget spent.
+        """
+        examples = [e for rec in finished for e in rec["examples"]]
+        out: dict[str, float] = {}
+        if examples:
+            stats = ray.get(
+                self._predictor.update.remote(
+                    [e["text"] for e in examples],
+                    [e["target"] for e in examples],
+                    [e["weight"] for e in examples],
+                )
+            )
+            out.update(
+                {f"trace/predictor_{k}": float(v) for k, v in stats.items() if isinstance(v, int | float)}
+            )
+            out["trace/predictor_examples"] = float(len(examples))
+        if finished:
+            out["trace/replays"] = float(sum(r["replays"] for r in finished))
+            out["trace/replay_budget"] = float(sum(r["replay_budget"] for r in finished))
+        return out
+
+    def on_step_end(self) -> None:
+        super().on_step_end()  # verl's weight sync to the rollout replicas
+        metrics = self.update_predictor(self.agent_loop_manager.pop_finished())
+        self._pending_sync_metrics = {**(getattr(self, "_pending_sync_metrics", None) or {}), **metrics}
