@@ -53,6 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (UsageError, ValueError) as exc:
+        if os.environ.get("TRACE_RL_DEBUG") and not isinstance(exc, UsageError):
+            raise  # the full traceback, for an error raised deep inside a run
         print(f"trace-rl {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # unwritable output path, missing folder, full disk: one line, no traceback
