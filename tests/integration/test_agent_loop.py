@@ -192,3 +192,26 @@ def test_tiny_policy_on_math_python_with_replay(tiny_policy):
     assert r.start_depth == 2 and len(r.turns) == 1
     assert repr(replay_log[0]) == repr(log[2])  # the replay's env is in the state the original saw at turn 3
     assert repr(log[1]) != repr(log[2])  # (states differ between turns, so the check can fail)
+
+
+def test_prompt_longer_than_the_context_is_one_failed_turn_not_a_lost_rollout(tiny_policy):
+    # found on the bfcl preset: a prompt with more tokens than max_context gave an episode with no turns, a tree
+    # whose root had no children, and a NaN predictor target that ended the run
+    from trace_rl.tree import RolloutTree
+
+    engine = LocalEngine(tiny_policy, max_batch=8)
+    codec = ChatCodec(tiny_policy.tokenizer)
+    (task,) = toy_env.load_tasks("train", 1, seed=5)
+    sampling = SamplingParams(max_new_tokens=12, temperature=1.0)
+    prompt_len = len(codec.prompt_ids(task.prompt, task.tools))
+    ep = run(
+        run_episode(
+            engine, RecordingEnv([]), codec, task, sampling, max_turns=3, seed=1, max_context=prompt_len
+        )
+    )
+    assert ep.finish == "context" and ep.reward == 0.0 and len(ep.turns) == 1
+    turn = ep.turns[0]
+    assert turn.token_ids.size == turn.loss_mask.size == turn.logprobs.size == 0 and turn.text == ""
+    tree = RolloutTree()
+    tree.add_rollout(ep.turns, ep.reward)
+    assert tree.value_targets()[0] == 0.0 and np.isfinite(tree.value_targets()).all()
