@@ -28,6 +28,19 @@ from trace_rl.rollout.servers import VLLM_LOGPROBS_MODE
 
 DEFAULT_START_TIMEOUT_S = 300.0
 
+# The server's parent process: runs argv[1:] and stays in the server's process group. SIGHUP (its
+# PR_SET_PDEATHSIG: the launcher died) SIGKILLs the group; SIGTERM (`VLLMServer.stop` signals the group, so
+# vLLM gets it too) waits for the server to finish its own shutdown; it exits with the server's status.
+WATCHDOG = """
+import os, signal, subprocess, sys
+signal.signal(signal.SIGHUP, lambda *_: os.killpg(0, signal.SIGKILL))
+if os.getppid() == 1:
+    sys.exit(1)
+child = subprocess.Popen(sys.argv[1:])
+signal.signal(signal.SIGTERM, lambda *_: None)
+sys.exit(child.wait())
+"""
+
 
 def vllm_python() -> Path:
     """The Python that runs vLLM: ``$TRACE_RL_VLLM_PYTHON``, else ``.venv-vllm/bin/python`` in the current
@@ -174,7 +187,13 @@ class VLLMServer:
         return env
 
     def start(self) -> VLLMServer:
-        """Start the process (returns at once; `wait_ready` blocks until it serves)."""
+        """Start the process (returns at once; `wait_ready` blocks until it serves).
+
+        The process started is `WATCHDOG` (the vLLM Python running a few lines of standard library), which
+        runs the server as its child in its own process group: with `die_with_parent`, the death of the
+        thread that called `start` (PR_SET_PDEATHSIG, Linux) SIGKILLs the whole group, vLLM's engine-core and
+        worker processes included (they are not the launcher's children and would outlive it otherwise).
+        """
         if self.process is not None:
             raise RuntimeError("server already started")
         if self.port == 0:
@@ -182,7 +201,7 @@ class VLLMServer:
         log = self.log_path or self.model_dir.parent / f"vllm-{self.port}.log"
         self.log_path = Path(log)
         self._log = self.log_path.open("ab")
-        nice, orphan_signal = self.nice, signal.SIGKILL if self.die_with_parent else 0
+        nice, orphan_signal = self.nice, signal.SIGHUP if self.die_with_parent else 0
 
         def preexec() -> None:  # pragma: no cover - runs in the child
             if nice:
@@ -190,10 +209,11 @@ class VLLMServer:
             if orphan_signal and sys.platform.startswith("linux"):
                 import ctypes
 
-                ctypes.CDLL(None).prctl(1, int(orphan_signal))  # PR_SET_PDEATHSIG: die with the launcher
+                ctypes.CDLL(None).prctl(1, int(orphan_signal))  # PR_SET_PDEATHSIG: SIGHUP the watchdog
 
+        argv = self.command()
         self.process = subprocess.Popen(
-            self.command(),
+            [argv[0], "-c", WATCHDOG, *argv],
             env=self.environment(),
             stdout=self._log,
             stderr=subprocess.STDOUT,
