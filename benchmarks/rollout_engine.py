@@ -456,6 +456,7 @@ def server_comparison(args: argparse.Namespace) -> int:
     codec = ChatCodec(policy.tokenizer)
     log = (lambda s: None) if args.json else (lambda s: print(s, file=sys.stderr))
     root_jobs = [(t, None, args.seed + i) for i, t in enumerate(tasks)]
+    n_root = len(root_jobs)
 
     out: dict[str, Any] = {"policy": args.policy, "batch": batch, "k": k, "max_turns": args.max_turns}
     out.update(max_new_tokens=mnt, with_schema=args.with_schema, repeats=repeats, block_size=block)
@@ -492,10 +493,24 @@ def server_comparison(args: argparse.Namespace) -> int:
                     return sum(await asyncio.gather(*[chain(c) for c in group]))
 
                 asyncio.run(engine_phase(ReplicaPool(clients), codec, root_jobs, sampling, args.max_turns))
-                traced_runs, direct_runs, shares, hits, metrics = [], [], [], [], {}
-                for _ in range(
-                    repeats
-                ):  # pairs: the trace-rl run (recorded), then its requests sent directly
+
+                def direct_run(chains: list[Any]) -> float:
+                    """tokens/s of the recorded requests sent straight to their replicas, from cold caches."""
+                    reset()
+                    t0 = time.perf_counter()
+                    got = asyncio.run(direct(chains[:n_root])) + asyncio.run(direct(chains[n_root:]))
+                    return got / (time.perf_counter() - t0)
+
+                traced_runs, direct_runs, shares, hits = [], [], [], []
+                chains: list[Any] = []
+                metrics: dict[str, Any] = {}
+                # pairs of (trace-rl run, its requests sent directly), in alternating order (T D, D T, T D,
+                # ...; a D before its T replays the previous T's requests, the same workload) so that a
+                # drifting machine load does not favour either side
+                for rep_i in range(repeats):
+                    d_first = rep_i % 2 == 1
+                    if d_first:
+                        direct_runs.append(direct_run(chains))
                     rec = Recorder(ReplicaPool(clients))  # fresh pool, cold caches
                     reset()
                     roots, anchors, _, replays, traced = roots_then_replays(
@@ -504,21 +519,15 @@ def server_comparison(args: argparse.Namespace) -> int:
                     tokens = sum(e.sampled_tokens for e in roots + replays)
                     metrics = backend_metrics(rec.inner)
                     hits.append(cache_hit_bounds(rec.requests, block))
-                    # the same requests sent directly: one chain per episode, roots' chains first, then replays'
+                    # one chain of requests per episode, roots' chains first, then replays'
                     chains = list(rec.chains.values())
                     if len(chains) != len(roots) + len(replays):
                         raise RuntimeError(
                             f"{len(chains)} request chains for {len(roots) + len(replays)} episodes"
                         )
-                    reset()
-                    t0 = time.perf_counter()
-                    n_root = len(root_jobs)
-                    direct_tokens = asyncio.run(direct(chains[:n_root])) + asyncio.run(
-                        direct(chains[n_root:])
-                    )
-                    direct_s = time.perf_counter() - t0
                     traced_runs.append(tokens / traced)
-                    direct_runs.append(direct_tokens / direct_s)
+                    if not d_first:
+                        direct_runs.append(direct_run(chains))
                     shares.append(traced_runs[-1] / direct_runs[-1])
                 pool = ReplicaPool(clients)
                 res = {
