@@ -59,9 +59,11 @@ def test_train_on_two_sglang_servers(tmp_path):  # type: ignore[no-untyped-def]
             n = len(b["input_ids"])
             assert b["return_logprob"] is True and b["logprob_start_len"] == -1 and len(b["rid"]) == n
             for p in b["sampling_params"]:
-                assert (p["top_p"], p["top_k"], p["min_p"], p["repetition_penalty"]) == (0.95, -1, 0.0, 1.0)
+                top_p = 0.95 if p["temperature"] > 0 else 1.0  # the held-out evaluation is greedy
+                assert (p["top_p"], p["top_k"], p["min_p"], p["repetition_penalty"]) == (top_p, -1, 0.0, 1.0)
                 assert p["ignore_eos"] is True and p["stop_token_ids"]
             assert b["rid"][0].startswith("trace-v")
+        assert any(p["top_p"] == 0.95 for b in gens for p in b["sampling_params"])
         seeds = {p["sampling_seed"] for b in gens for p in b["sampling_params"]}
         assert len(seeds) > 1 and all(0 <= s < 2**63 for s in seeds)
 
