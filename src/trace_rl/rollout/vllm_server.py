@@ -6,8 +6,9 @@ with CUDA vLLM). The servers run ``python -m vllm.entrypoints.openai.api_server`
 has no working ``vllm`` console script) with the flags `VLLMBackend` relies on: prefix caching, prompt-token
 details (cached-token counts), processed logprobs (after temperature), vLLM's own sampling defaults instead of
 the model's generation_config.json, and VLLM_SERVER_DEV_MODE=1 for ``/collective_rpc`` and
-``/reset_prefix_cache`` (weight reload from disk). Each server is started in its own process group, so
-`VLLMServer.stop` ends it and vLLM's engine-core child together.
+``/reset_prefix_cache`` (weight reload from disk). Each server is started in its own process group under a
+small watchdog process, so `VLLMServer.stop` ends it and vLLM's engine-core and worker children together, and
+so does the death of the launcher.
 """
 
 from __future__ import annotations
@@ -121,8 +122,9 @@ class VLLMServer:
         threads: CPU threads (OMP_NUM_THREADS; cores pinned with VLLM_CPU_OMP_THREADS_BIND when `cpus` is set).
         nice: niceness of the server processes (19 in the tests: the machine is shared).
         log_path: where stdout/stderr go (default: a file next to model_dir).
-        die_with_parent: the server gets SIGKILL when the process that started it dies (Linux
-            PR_SET_PDEATHSIG), so that not even a killed trainer leaves a server behind.
+        die_with_parent: the server's whole process group (API server, engine core, workers) gets SIGKILL
+            when the thread that started it dies (Linux PR_SET_PDEATHSIG on the `WATCHDOG` parent), so that not
+            even a SIGKILLed trainer leaves a server process behind.
     """
 
     model_dir: Path
