@@ -18,10 +18,12 @@ Prints one JSON line. Usage: python benchmarks/rollout_engine.py [--quick] [--js
 
 `--backend vllm` compares, in one run on the same agent workload, LocalEngine against vLLM servers (from
 .venv-vllm, `make vllm`) with 1 and 2 replicas behind `ReplicaPool` (docs/serving.md): tokens/s of roots +
-replays, the replay cost ratio (k replays from the half-trajectory save points / k full rollouts, each timed
-right after the roots ran), the replays' prefix-cache hit rate, and trace-rl's overhead: the same servers given
-the same requests directly (every episode's recorded prompts sent as one chain per episode, all chains
-concurrent, to the replica that served them, from a cold cache like the trace-rl run).
+replays (medians over `--repeats` runs), the replay cost ratio (k replays from the half-trajectory save points /
+k full rollouts, each timed right after the roots ran), the replays' prefix-cache hit rate with what a cache
+could serve at all (`cache_hit_bounds`), and trace-rl's overhead: after each trace-rl run, the same servers
+are given the same requests directly (every episode's recorded prompts sent as one chain per episode, all
+chains concurrent, to the replica that served them, from a cold cache like the trace-rl run);
+`trace_rl_share_of_direct` is the median over these pairs of traced / direct tokens/s.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +44,7 @@ import torch
 from trace_rl.policy import load_policy
 from trace_rl.rollout import toy_env
 from trace_rl.rollout.agent import ChatCodec, Episode, SavePoint, run_episode
-from trace_rl.rollout.backends import SamplingParams
+from trace_rl.rollout.backends import REQUEST_CONTEXT, SamplingParams
 from trace_rl.rollout.engine import LocalEngine
 
 
@@ -131,7 +134,7 @@ def baseline_episodes(
 async def engine_phase(
     engine: Any,
     codec: ChatCodec,
-    jobs: list[tuple[Any, SavePoint | None, int]],
+    jobs: Sequence[tuple[Any, SavePoint | None, int]],
     sampling: SamplingParams,
     max_turns: int,
 ) -> list[Episode]:
@@ -193,6 +196,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--replicas", default="1,2", help="--backend vllm: replica counts to run")
     ap.add_argument("--nice", type=int, default=0, help="--backend vllm: niceness of the servers")
+    ap.add_argument("--no-local", action="store_true", help="--backend vllm: skip the LocalEngine runs")
+    ap.add_argument(
+        "--with-schema",
+        action="store_true",
+        help="--backend vllm: render the python tool's JSON schema in the system turn (a pretrained policy "
+        "needs it to know the tool; the prompt grows from ~165 to ~310 tokens on SmolLM2)",
+    )
     args = ap.parse_args(argv)
     if args.backend == "vllm":
         return server_comparison(args)
@@ -295,69 +305,162 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class Recorder:
-    """A backend wrapper recording each request (prompt, sampling, replica) per episode task, in order."""
+    """A backend wrapper recording each request per episode (asyncio task), in order: prompt, sampling, replica,
+    sampled ids, replay flags, cached prompt tokens, and how many requests had completed on the pool when it
+    was issued (for `cache_hit_bounds`)."""
 
     def __init__(self, inner: Any):
         self.inner = inner
         # keyed by the episode's task object itself (kept alive here): ids of finished tasks are reused
         self.chains: dict[Any, list[tuple[list[int], SamplingParams, int | None]]] = {}
+        self.requests: list[dict[str, Any]] = []  # in completion order
+        self._done = 0
 
     async def generate(self, prompt: Any, sampling: SamplingParams, n: int = 1) -> Any:
+        ctx = REQUEST_CONTEXT.get()
+        issued_after = self._done
         out = await self.inner.generate(prompt, sampling, n)
+        self._done += 1
+        ids = [int(i) for i in prompt]
         chain = self.chains.setdefault(asyncio.current_task(), [])
-        chain.append(([int(i) for i in prompt], sampling, out[0].replica))
+        chain.append((ids, sampling, out[0].replica))
+        self.requests.append(
+            {
+                "prompt": ids,
+                "output": [int(i) for i in out[0].token_ids],
+                "replica": out[0].replica,
+                "replay": bool(ctx is not None and ctx.replay),
+                "cached": int(out[0].cached_prompt_tokens or 0),
+                "issued_after": issued_after,
+            }
+        )
         return out
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    m = min(len(a), len(b))
+    i = 0
+    while i < m and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def cache_hit_bounds(requests: list[dict[str, Any]], block: int) -> dict[str, float]:
+    """What a prefix cache could serve of the replays' prompt tokens, from the recorded requests: a request's
+    reusable tokens are its longest common prefix with any sequence its replica computed before it was issued
+    (an earlier request's prompt + sampled ids but the last, whose KV is never computed), at most its length
+    - 1 (the last prompt token is always recomputed). `token_bound`: reusable / prompt tokens (a cache at
+    token granularity, never evicting); `block_bound`: the same in whole KV blocks of `block` tokens (vLLM
+    caches full blocks only); `measured`: the server's cached tokens; `mismatched_requests`: replay requests
+    whose cached count differs from their block bound (a re-tokenised prefix or an eviction would show here);
+    `new_tokens_per_request`: prompt tokens no earlier request had computed (observations, chat template)."""
+    prompt = reusable = whole = cached = mismatched = n = 0
+    for r in requests:
+        if not r["replay"]:
+            continue
+        earlier = [q for q in requests[: r["issued_after"]] if q["replica"] == r["replica"]]
+        reuse = max((_common_prefix(r["prompt"], q["prompt"] + q["output"][:-1]) for q in earlier), default=0)
+        reuse = min(reuse, len(r["prompt"]) - 1)
+        n += 1
+        prompt += len(r["prompt"])
+        reusable += reuse
+        whole += reuse // block * block
+        cached += r["cached"]
+        mismatched += int(r["cached"] != reuse // block * block)
+    return {
+        "measured": round(cached / prompt, 3) if prompt else float("nan"),
+        "block_bound": round(whole / prompt, 3) if prompt else float("nan"),
+        "token_bound": round(reusable / prompt, 3) if prompt else float("nan"),
+        "mismatched_requests": mismatched,
+        "replay_requests": n,
+        "mean_replay_prompt_tokens": round(prompt / n, 1) if n else float("nan"),
+        "new_tokens_per_request": round((prompt - reusable) / n, 1) if n else float("nan"),
+    }
+
+
+def replay_cost(
+    backend: Any,
+    reset: Any,
+    codec: ChatCodec,
+    tasks: list[Any],
+    anchors: list[Any],
+    sampling: SamplingParams,
+    args: argparse.Namespace,
+    k: int,
+) -> float | None:
+    """k replays from the save points / k full rollouts of the same tasks, each timed right after the roots
+    ran (None without anchors)."""
+    root_jobs = [(t, None, args.seed + i) for i, t in enumerate(tasks)]
+    timed: dict[str, float] = {}
+    for name in ("full", "rep"):
+        reset()
+        asyncio.run(engine_phase(backend, codec, root_jobs, sampling, args.max_turns))
+        phase = [
+            (t, None if name == "full" else sp, args.seed + 20_000 + 100 * i + j)
+            for i, (t, sp) in enumerate(anchors)
+            for j in range(k)
+        ]
+        t1 = time.perf_counter()
+        asyncio.run(engine_phase(backend, codec, phase, sampling, args.max_turns))
+        timed[name] = time.perf_counter() - t1
+    return round(timed["rep"] / timed["full"], 3) if anchors else None
+
+
+def local_runs(
+    policy: Any,
+    codec: ChatCodec,
+    tasks: list[Any],
+    sampling: SamplingParams,
+    args: argparse.Namespace,
+    k: int,
+    repeats: int,
+) -> dict[str, Any]:
+    """LocalEngine on the workload: tokens/s of roots + replays (median of `repeats` runs), replay cost."""
+    batch = len(tasks)
+    engine = LocalEngine(policy, max_batch=max(batch, k * batch), max_rows=2 * max(batch, k * batch))
+    rates: list[float] = []
+    for _ in range(repeats):
+        engine.clear_cache()
+        roots, anchors, jobs, replays, wall = roots_then_replays(
+            engine, codec, tasks, sampling, args.max_turns, k, args.seed
+        )
+        rates.append(sum(e.sampled_tokens for e in roots + replays) / wall)
+    return {
+        "tok_s": round(float(np.median(rates)), 1),
+        "tok_s_runs": [round(r, 1) for r in rates],
+        "tokens": sum(e.sampled_tokens for e in roots + replays),
+        "replays": len(jobs),
+        "replay_cost_ratio": replay_cost(
+            engine, engine.clear_cache, codec, tasks, anchors, sampling, args, k
+        ),
+        "threads": torch.get_num_threads(),
+    }
 
 
 def server_comparison(args: argparse.Namespace) -> int:
     """LocalEngine vs vLLM with 1 and 2 replicas on the same agent workload (see the module doc)."""
     from trace_rl.rollout.pool import ReplicaPool, backend_metrics
     from trace_rl.rollout.servers import VLLMBackend
-    from trace_rl.rollout.vllm_server import export_policy, launch_servers, stop_servers
+    from trace_rl.rollout.vllm_server import VLLMServer, export_policy, launch_servers, stop_servers
 
     batch = args.batch or (8 if args.quick else 16)
     k = args.k or 2
     mnt = args.max_new_tokens or (16 if args.quick else 32)
+    repeats = args.repeats or (1 if args.quick else 3)
+    block = VLLMServer.block_size
     if args.threads:
         torch.set_num_threads(args.threads)
     policy = load_policy(args.policy, seed=args.seed)
-    tasks = toy_env.load_tasks("bench", batch, args.seed)
+    tasks = toy_env.load_tasks("bench", batch, args.seed, with_schema=args.with_schema)
     sampling = SamplingParams(max_new_tokens=mnt, temperature=1.0, top_p=1.0, seed=args.seed)
     codec = ChatCodec(policy.tokenizer)
     log = (lambda s: None) if args.json else (lambda s: print(s, file=sys.stderr))
     root_jobs = [(t, None, args.seed + i) for i, t in enumerate(tasks)]
-
-    def workload(backend: Any, reset: Any) -> dict[str, Any]:
-        reset()
-        roots, anchors, jobs, replays, wall = roots_then_replays(
-            backend, codec, tasks, sampling, args.max_turns, k, args.seed
-        )
-        tokens = sum(e.sampled_tokens for e in roots + replays)
-        timed: dict[str, float] = {}
-        for name in ("full", "rep"):
-            reset()
-            asyncio.run(engine_phase(backend, codec, root_jobs, sampling, args.max_turns))
-            phase = [
-                (t, None if name == "full" else sp, args.seed + 20_000 + 100 * i + j)
-                for i, (t, sp) in enumerate(anchors)
-                for j in range(k)
-            ]
-            t1 = time.perf_counter()
-            asyncio.run(engine_phase(backend, codec, phase, sampling, args.max_turns))
-            timed[name] = time.perf_counter() - t1
-        return {
-            "tok_s": round(tokens / wall, 1),
-            "tokens": tokens,
-            "wall_s": round(wall, 2),
-            "replays": len(jobs),
-            "replay_cost_ratio": round(timed["rep"] / timed["full"], 3) if anchors else None,
-        }
+    n_root = len(root_jobs)
 
     out: dict[str, Any] = {"policy": args.policy, "batch": batch, "k": k, "max_turns": args.max_turns}
-    out["max_new_tokens"] = mnt
-    engine = LocalEngine(policy, max_batch=max(batch, k * batch), max_rows=2 * max(batch, k * batch))
-    out["local"] = workload(engine, engine.clear_cache)
-    out["local"]["threads"] = torch.get_num_threads()
+    out.update(max_new_tokens=mnt, with_schema=args.with_schema, repeats=repeats, block_size=block)
+    out["local"] = None if args.no_local else local_runs(policy, codec, tasks, sampling, args, k, repeats)
     log(f"local: {out['local']}")
     with tempfile.TemporaryDirectory() as tmp:
         folder = export_policy(policy, Path(tmp) / "policy")
@@ -373,32 +476,12 @@ def server_comparison(args: argparse.Namespace) -> int:
             )
             try:
                 clients = [VLLMBackend(s.url, stop_ids=policy.stop_ids) for s in servers]
-                pool = ReplicaPool(clients)
 
                 def reset(clients: list[Any] = clients) -> None:
                     async def go() -> None:
                         await asyncio.gather(*[c.reset_prefix_cache() for c in clients])
 
                     asyncio.run(go())
-
-                asyncio.run(
-                    engine_phase(pool, codec, root_jobs, sampling, args.max_turns)
-                )  # warm-up, untimed
-                # the trace-rl run, recorded (roots + replays only: a wrapper on a fresh pool, cold caches)
-                rec = Recorder(ReplicaPool(clients))
-                reset()
-                roots, _, _, replays, traced = roots_then_replays(
-                    rec, codec, tasks, sampling, args.max_turns, k, args.seed
-                )
-                tokens = sum(e.sampled_tokens for e in roots + replays)
-                metrics = backend_metrics(rec.inner)
-                # the same requests sent directly: one chain per episode, roots' chains first, then replays'
-                chains = list(rec.chains.values())
-                n_root = len(root_jobs)
-                if len(chains) != len(roots) + len(replays):
-                    raise RuntimeError(
-                        f"{len(chains)} request chains for {len(roots) + len(replays)} episodes"
-                    )
 
                 async def direct(group: list[Any], clients: list[Any] = clients) -> int:
                     async def chain(c: list[Any]) -> int:
@@ -409,18 +492,59 @@ def server_comparison(args: argparse.Namespace) -> int:
 
                     return sum(await asyncio.gather(*[chain(c) for c in group]))
 
-                reset()
-                t0 = time.perf_counter()
-                direct_tokens = asyncio.run(direct(chains[:n_root])) + asyncio.run(direct(chains[n_root:]))
-                direct_s = time.perf_counter() - t0
-                res = workload(pool, reset)
-                res.update(
-                    traced_tok_s=round(tokens / traced, 1),
-                    direct_tok_s=round(direct_tokens / direct_s, 1),
-                    trace_rl_share_of_direct=round((tokens / traced) / (direct_tokens / direct_s), 3),
-                    replay_cache_hit_rate=round(metrics["backend_replay_cache_hit_rate"], 3),
-                    replay_prefix_hit_rate=round(metrics["backend_replay_prefix_hit_rate"], 3),
-                )
+                asyncio.run(engine_phase(ReplicaPool(clients), codec, root_jobs, sampling, args.max_turns))
+
+                def direct_run(chains: list[Any]) -> float:
+                    """tokens/s of the recorded requests sent straight to their replicas, from cold caches."""
+                    reset()
+                    t0 = time.perf_counter()
+                    got = asyncio.run(direct(chains[:n_root])) + asyncio.run(direct(chains[n_root:]))
+                    return got / (time.perf_counter() - t0)
+
+                traced_runs, direct_runs, shares, hits = [], [], [], []
+                chains: list[Any] = []
+                metrics: dict[str, Any] = {}
+                # pairs of (trace-rl run, its requests sent directly), in alternating order (T D, D T, T D,
+                # ...; a D before its T replays the previous T's requests, the same workload) so that a
+                # drifting machine load does not favour either side
+                for rep_i in range(repeats):
+                    d_first = rep_i % 2 == 1
+                    if d_first:
+                        direct_runs.append(direct_run(chains))
+                    rec = Recorder(ReplicaPool(clients))  # fresh pool, cold caches
+                    reset()
+                    roots, anchors, _, replays, traced = roots_then_replays(
+                        rec, codec, tasks, sampling, args.max_turns, k, args.seed
+                    )
+                    tokens = sum(e.sampled_tokens for e in roots + replays)
+                    metrics = backend_metrics(rec.inner)
+                    hits.append(cache_hit_bounds(rec.requests, block))
+                    # one chain of requests per episode, roots' chains first, then replays'
+                    chains = list(rec.chains.values())
+                    if len(chains) != len(roots) + len(replays):
+                        raise RuntimeError(
+                            f"{len(chains)} request chains for {len(roots) + len(replays)} episodes"
+                        )
+                    traced_runs.append(tokens / traced)
+                    if not d_first:
+                        direct_runs.append(direct_run(chains))
+                    shares.append(traced_runs[-1] / direct_runs[-1])
+                pool = ReplicaPool(clients)
+                res = {
+                    "tok_s": round(float(np.median(traced_runs)), 1),
+                    "tok_s_runs": [round(r, 1) for r in traced_runs],
+                    "direct_tok_s": round(float(np.median(direct_runs)), 1),
+                    "direct_tok_s_runs": [round(r, 1) for r in direct_runs],
+                    "trace_rl_share_of_direct": round(float(np.median(shares)), 3),
+                    "share_runs": [round(r, 3) for r in shares],
+                    "tokens": tokens,
+                    "replays": len(replays),
+                    "replay_cost_ratio": replay_cost(pool, reset, codec, tasks, anchors, sampling, args, k),
+                    "replay_cache_hit_rate": round(metrics["backend_replay_cache_hit_rate"], 3),
+                    "replay_prefix_hit_rate": round(metrics["backend_replay_prefix_hit_rate"], 3),
+                    "replay_hit_bounds": hits[-1],
+                    "affinity_violations": metrics["backend_affinity_violations"],
+                }
                 out[f"vllm_{replicas}"] = res
                 log(f"vllm x{replicas}: {res}")
             finally:

@@ -1,7 +1,7 @@
 """`trace-rl serve vllm` and `trace-rl train --set backend.kind=vllm` end to end through subprocesses, on the tiny
 policy (2 replicas each, one CPU thread per server, nice 19): the trainer on servers it launched itself (and
-stopped: no server outlives the run), and the trainer on `serve`'s replicas with one replica killed mid-run
-(every step logged exactly once)."""
+stopped: no server outlives the run), the trainer on `serve`'s replicas with one replica killed mid-run
+(every step logged exactly once), and a SIGKILLed launcher taking every server process with it."""
 
 from __future__ import annotations
 
@@ -122,3 +122,53 @@ def test_serve_cli_then_train_with_one_replica_killed(tmp_path):  # type: ignore
     assert serve.returncode == 0
     time.sleep(1)
     assert not any(alive(p) for p in pids)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes (zombies excluded) whose process group is pgid."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().split(")")[-1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                out.append(int(d.name))
+    return out
+
+
+LAUNCHER = """
+import sys, time
+from pathlib import Path
+from trace_rl.policy import load_policy
+from trace_rl.rollout.vllm_server import export_policy, launch_servers
+folder = export_policy(load_policy("tiny", seed=0), Path(sys.argv[1]))
+(server,) = launch_servers(folder, 1, nice=19, max_num_seqs=4)
+print(server.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_launcher_leaves_no_server_process(tmp_path):  # type: ignore[no-untyped-def]
+    vllm_python()
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, str(tmp_path / "tiny")], stdout=subprocess.PIPE, text=True
+    )
+    pgid = None
+    try:
+        assert launcher.stdout is not None
+        pgid = int(launcher.stdout.readline())  # the server serves: engine core and worker are running
+        members = group_members(pgid)
+        assert len(members) >= 3, members  # watchdog, API server, engine core (+ worker, resource tracker)
+        launcher.kill()  # SIGKILL: no finally, no atexit in the launcher
+        launcher.wait()
+        deadline = time.monotonic() + 30
+        while group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert group_members(pgid) == [], "server processes outlived their launcher"
+    finally:
+        launcher.kill()
+        launcher.wait()
+        if pgid is not None and group_members(pgid):
+            os.killpg(pgid, signal.SIGKILL)

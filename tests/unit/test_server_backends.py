@@ -418,13 +418,34 @@ def test_backend_config_section() -> None:
     )
     assert load_config(preset="smoke").backend.kind == "local"
     for bad, key in [
-        ("backend.kind=sglang", "backend.kind"),
+        ("backend.kind=llama-server", "backend.kind"),
+        ("backend.kind=sglang", "backend.urls: must list the running SGLang servers"),
         ("backend.replicas=0", "backend.replicas"),
         ("backend.max_in_flight=0", "backend.max_in_flight"),
         ("backend.dtype=float16", "backend.dtype"),
+        ("backend.kv_cache_gib=0", "backend.kv_cache_gib"),
     ]:
         with pytest.raises(ConfigError, match=key):
             load_config(preset="smoke", overrides=[bad])
     with pytest.raises(ConfigError, match=r"sampling.top_p: must be 1 with backend.kind=vllm"):
         load_config(preset="smoke", overrides=["backend.kind=vllm", "sampling.top_p=0.9"])
     assert load_config(preset="smoke", overrides=["sampling.top_p=0.9"]).sampling.top_p == 0.9
+    sg = load_config(
+        preset="smoke", overrides=["backend.kind=sglang", "backend.urls=http://a:1", "sampling.top_p=0.9"]
+    )
+    assert (
+        sg.backend.kind == "sglang" and sg.sampling.top_p == 0.9
+    )  # SGLang's logprobs are taken before top-p
+
+
+def test_open_backend_sglang_needs_urls_and_builds_a_pool(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    from trace_rl.train.config import load_config
+    from trace_rl.train.serving import open_backend
+
+    cfg = load_config(preset="smoke")
+    no_urls = dataclasses.replace(cfg, backend=dataclasses.replace(cfg.backend, kind="sglang"))
+    with pytest.raises(ValueError, match=r"backend\.kind=sglang needs backend\.urls"):
+        open_backend(no_urls, object(), tmp_path)  # before touching the policy or launching anything
+    assert not any(tmp_path.iterdir())

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trace_rl.rollout.backends import REQUEST_CONTEXT, Completion, SamplingParams
+from trace_rl.rollout.backends import REQUEST_CONTEXT, Completion, RequestContext, SamplingParams
 from trace_rl.rollout.http import ServerError
 
 MAX_KEYS = 100_000  # affinity keys remembered (least recently used forgotten first)
@@ -82,6 +82,19 @@ class PoolStats:
     def empty(cls, k: int) -> PoolStats:
         return cls([0] * k, [0] * k, [0] * k)
 
+    def record(self, replica: int, prompt_tokens: int, cached: int, ctx: RequestContext | None) -> None:
+        """Count one served request: its replica, prompt tokens and cached prompt tokens, and under replays /
+        resumed replays when its context says so."""
+        self.requests[replica] += 1
+        self.prompt_tokens[replica] += prompt_tokens
+        self.cached_tokens[replica] += cached
+        if ctx is not None and ctx.replay:
+            self.replay_prompt_tokens += prompt_tokens
+            self.replay_cached_tokens += cached
+        if ctx is not None and ctx.resumed:
+            self.resumed_prompt_tokens += prompt_tokens
+            self.resumed_cached_tokens += cached
+
 
 def is_replica_failure(exc: BaseException) -> bool:
     """True for errors that mean the server (not the request) failed: connection errors, timeouts, HTTP 5xx."""
@@ -135,6 +148,10 @@ class ReplicaPool:
     def kind(self) -> str:
         return str(getattr(self.replicas[0], "kind", "server"))
 
+    def live(self) -> list[int]:
+        """Indices of the replicas not marked dead."""
+        return [i for i in range(len(self.replicas)) if i not in self.dead]
+
     def in_flight(self) -> list[int]:
         """(K,) requests in flight or waiting for a slot, per replica."""
         return list(self._load)
@@ -147,7 +164,7 @@ class ReplicaPool:
         return self._sems
 
     def _least_loaded(self) -> int:
-        live = [i for i in range(len(self.replicas)) if i not in self.dead]
+        live = self.live()
         if not live:
             raise RuntimeError(f"all {len(self.replicas)} replicas have failed")
         return min(live, key=lambda i: (self._load[i], self._served[i], i))
@@ -205,15 +222,7 @@ class ReplicaPool:
         if home is not None and home.first != i:
             self.stats.affinity_violations += 1
         cached = (out[0].cached_prompt_tokens or 0) if out else 0
-        self.stats.requests[i] += 1
-        self.stats.prompt_tokens[i] += len(prompt_token_ids)
-        self.stats.cached_tokens[i] += cached
-        if ctx is not None and ctx.replay:
-            self.stats.replay_prompt_tokens += len(prompt_token_ids)
-            self.stats.replay_cached_tokens += cached
-        if ctx is not None and ctx.resumed:
-            self.stats.resumed_prompt_tokens += len(prompt_token_ids)
-            self.stats.resumed_cached_tokens += cached
+        self.stats.record(i, len(prompt_token_ids), cached, ctx)
         return [dataclasses.replace(c, replica=i, policy_version=version) for c in out]
 
     async def push_weights(self, folder: str) -> int:
@@ -226,7 +235,7 @@ class ReplicaPool:
         if any(self._load):
             raise RuntimeError(f"push_weights with requests in flight {self._load}: push between steps")
         version = self.policy_version + 1
-        live = [i for i in range(len(self.replicas)) if i not in self.dead]
+        live = self.live()
         results = await asyncio.gather(
             *[self.replicas[i].load_weights(str(folder), version) for i in live], return_exceptions=True
         )
@@ -256,15 +265,15 @@ def backend_metrics(backend: Any, stats: PoolStats | None = None) -> dict[str, A
     if not isinstance(backend, ReplicaPool):
         return {"backend": str(getattr(backend, "kind", "local")), "policy_version": 0}
     s = stats if stats is not None else backend.take_stats()
+
+    def rate(cached: int, prompt: int) -> float:
+        return cached / prompt if prompt else float("nan")
+
     return {
         "backend": backend.kind,
         "policy_version": backend.policy_version,
-        "backend_replay_cache_hit_rate": (
-            s.replay_cached_tokens / s.replay_prompt_tokens if s.replay_prompt_tokens else float("nan")
-        ),
-        "backend_replay_prefix_hit_rate": (
-            s.resumed_cached_tokens / s.resumed_prompt_tokens if s.resumed_prompt_tokens else float("nan")
-        ),
+        "backend_replay_cache_hit_rate": rate(s.replay_cached_tokens, s.replay_prompt_tokens),
+        "backend_replay_prefix_hit_rate": rate(s.resumed_cached_tokens, s.resumed_prompt_tokens),
         "backend_requests_per_replica": list(s.requests),
         "backend_affinity_violations": s.affinity_violations,
         "backend_retried_requests": s.retried_requests,

@@ -46,13 +46,45 @@ def _max_tokens(prompt_len: int, sampling: SamplingParams, max_model_len: int | 
     return min(sampling.max_new_tokens, room)
 
 
-def _check_prompt(prompt_token_ids: Sequence[int], n: int) -> list[int]:
+def _prepare(
+    prompt_token_ids: Sequence[int],
+    sampling: SamplingParams,
+    n: int,
+    stop_ids: Sequence[int],
+    max_model_len: int | None,
+) -> tuple[list[int], list[int], int]:
+    """(prompt ids, stop ids, max new tokens) of a request; ValueError on an empty prompt, n < 1 or no room."""
     ids = [int(i) for i in prompt_token_ids]
     if not ids:
         raise ValueError("prompt_token_ids is empty")
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    return ids
+    stop = [int(i) for i in (sampling.stop_ids if sampling.stop_ids is not None else stop_ids)]
+    return ids, stop, _max_tokens(len(ids), sampling, max_model_len)
+
+
+# Sampling defaults both servers get explicitly (a server's or a model's generation_config.json defaults
+# could otherwise change the distribution RL samples from): no min-p, neutral penalties, only our stop ids.
+NEUTRAL_SAMPLING = {
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "ignore_eos": True,
+    "skip_special_tokens": False,
+}
+
+
+def _completion(ids: Sequence[int], logprobs: Sequence[float], reason: Any, cached: Any) -> Completion:
+    """One parsed completion; ValueError on a finish reason other than stop/length."""
+    if reason not in ("stop", "length"):
+        raise ValueError(f"unexpected finish_reason {reason!r}")
+    return Completion(
+        np.asarray(ids, np.int64),
+        np.asarray(logprobs, np.float32),
+        str(reason),
+        cached_prompt_tokens=None if cached is None else int(cached),
+    )
 
 
 def vllm_completion_request(
@@ -70,31 +102,25 @@ def vllm_completion_request(
     ``stop_ids``: used when ``sampling.stop_ids`` is None (the policy's end-of-turn ids). Raises ValueError on an
     empty prompt, n < 1, top_p < 1 (see the module doc) or a prompt that leaves no room under max_model_len.
     """
-    ids = _check_prompt(prompt_token_ids, n)
     if sampling.top_p < 1.0:
         raise ValueError(
             "VLLMBackend needs top_p == 1: vLLM's processed logprobs after top-p truncation are not the "
             "untruncated softmax(z/T) the trainer recomputes"
         )
-    stop = list(sampling.stop_ids if sampling.stop_ids is not None else stop_ids)
+    ids, stop, max_tokens = _prepare(prompt_token_ids, sampling, n, stop_ids, max_model_len)
     body: dict[str, Any] = {
         "model": model,
         "prompt": ids,
         "n": n,
-        "max_tokens": _max_tokens(len(ids), sampling, max_model_len),
+        "max_tokens": max_tokens,
         "temperature": sampling.temperature,
         "top_p": 1.0,
         "top_k": 0,
-        "min_p": 0.0,
-        "repetition_penalty": 1.0,
-        "presence_penalty": 0.0,
-        "frequency_penalty": 0.0,
+        **NEUTRAL_SAMPLING,
         "seed": int(sampling.seed) % (2**63),
         "stop_token_ids": stop,
-        "ignore_eos": True,
         "logprobs": 0,
         "return_token_ids": True,
-        "skip_special_tokens": False,
         "spaces_between_special_tokens": False,
         "stream": False,
     }
@@ -124,17 +150,7 @@ def parse_vllm_completion(body: dict[str, Any], n: int) -> list[Completion]:
         lps = (c.get("logprobs") or {}).get("token_logprobs")
         if lps is None or len(lps) != len(ids):
             raise ValueError(f"expected {len(ids)} token logprobs, got {None if lps is None else len(lps)}")
-        reason = c.get("finish_reason")
-        if reason not in ("stop", "length"):
-            raise ValueError(f"unexpected finish_reason {reason!r}")
-        out.append(
-            Completion(
-                np.asarray(ids, np.int64),
-                np.asarray(lps, np.float32),
-                str(reason),
-                cached_prompt_tokens=None if cached is None else int(cached),
-            )
-        )
+        out.append(_completion(ids, lps, c.get("finish_reason"), cached))
     return out
 
 
@@ -150,20 +166,14 @@ def sglang_generate_request(
     """The JSON body of an SGLang native ``/generate`` request: a batch of n copies of the prompt, copy i seeded
     with `completion_seed(seed, i)` (the local engine's per-completion seeds). Raises ValueError as
     `vllm_completion_request` does (top_p < 1 is allowed: SGLang's logprobs are taken before top-p)."""
-    ids = _check_prompt(prompt_token_ids, n)
-    stop = list(sampling.stop_ids if sampling.stop_ids is not None else stop_ids)
+    ids, stop, max_tokens = _prepare(prompt_token_ids, sampling, n, stop_ids, max_model_len)
     params = {
-        "max_new_tokens": _max_tokens(len(ids), sampling, max_model_len),
+        "max_new_tokens": max_tokens,
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,
         "top_k": -1,
-        "min_p": 0.0,
-        "repetition_penalty": 1.0,
-        "presence_penalty": 0.0,
-        "frequency_penalty": 0.0,
+        **NEUTRAL_SAMPLING,
         "stop_token_ids": stop,
-        "ignore_eos": True,
-        "skip_special_tokens": False,
     }
     tag = f"trace-v{policy_version}-" if policy_version is not None else "trace-"
     return {
@@ -193,24 +203,23 @@ def parse_sglang_generate(body: Any, n: int) -> list[Completion]:
             raise ValueError("response has no meta_info.output_token_logprobs (send return_logprob: true)")
         finish = meta.get("finish_reason") or {}
         reason = finish.get("type") if isinstance(finish, dict) else finish
-        if reason not in ("stop", "length"):
-            raise ValueError(f"unexpected finish_reason {finish!r}")
-        cached = meta.get("cached_tokens")
         out.append(
-            Completion(
-                np.asarray([int(t[1]) for t in triples], np.int64),
-                np.asarray([float(t[0]) for t in triples], np.float32),
-                str(reason),
-                cached_prompt_tokens=None if cached is None else int(cached),
+            _completion(
+                [int(t[1]) for t in triples],
+                [float(t[0]) for t in triples],
+                reason,
+                meta.get("cached_tokens"),
             )
         )
     return out
 
 
 class _ServerClient:
-    """What both clients share: base URL, stop ids, timeouts, health, cache reset and the disk weight reload."""
+    """What both clients share: base URL, stop ids, timeouts, health, generation over one POST route, cache
+    reset and the disk weight reload. Subclasses give the routes and the request/response formats."""
 
     kind = "server"
+    generate_path = ""  # POST: sample completions
     reset_path = ""  # POST: drop the prefix cache
     reload_path = ""  # POST: reload the weights from a folder
 
@@ -224,6 +233,43 @@ class _ServerClient:
 
     def _reload_body(self, folder: str, version: int) -> dict[str, Any]:
         raise NotImplementedError
+
+    def _request(
+        self, prompt_token_ids: Sequence[int], sampling: SamplingParams, n: int, policy_version: int | None
+    ) -> Any:
+        raise NotImplementedError
+
+    def _parse(self, reply: Any, n: int) -> list[Completion]:
+        raise NotImplementedError
+
+    async def _describe(self) -> None:
+        """Read what the server must tell before the first request (nothing by default)."""
+
+    def _copies(self, sampling: SamplingParams, n: int) -> int:
+        """How many copies of each returned completion make the n asked for (1: the server samples all n)."""
+        return 1
+
+    async def generate(
+        self,
+        prompt_token_ids: Sequence[int],
+        sampling: SamplingParams,
+        n: int = 1,
+        *,
+        policy_version: int | None = None,
+    ) -> list[Completion]:
+        """Sample n completions of the prompt (GenerationBackend protocol), in completion-index order.
+
+        policy_version: stamped on the request (vLLM: ``cache_salt`` and ``request_id``; SGLang: ``rid``).
+
+        Raises:
+            ValueError: bad prompt / n / top_p, or a malformed response. ServerError, OSError, TimeoutError:
+            the server refused, failed or is unreachable (a pool retries those on another replica).
+        """
+        await self._describe()
+        copies = self._copies(sampling, n)
+        body = self._request(prompt_token_ids, sampling, n // copies, policy_version)
+        reply = await request_json("POST", self.url + self.generate_path, body, timeout_s=self.timeout_s)
+        return self._parse(reply, n // copies) * copies
 
     async def health(self) -> bool:
         """True when ``GET /health`` answers with a status below 400."""
@@ -257,12 +303,14 @@ class VLLMBackend(_ServerClient):
         timeout_s: seconds a request may take before TimeoutError.
 
     Logprobs follow trace-rl's convention when the server runs with ``--logprobs-mode processed_logprobs``
-    (`logprob_convention` says so; `VLLM_LOGPROBS_MODE`). Weight reload: ``/collective_rpc`` ``reload_weights``
-    and ``/reset_prefix_cache`` (both need VLLM_SERVER_DEV_MODE=1).
+    (`logprob_convention` says so; `VLLM_LOGPROBS_MODE`). Greedy sampling (temperature 0) asks the server for
+    one completion and returns n copies of it (vLLM refuses n > 1 with greedy sampling). Weight reload:
+    ``/collective_rpc`` ``reload_weights`` and ``/reset_prefix_cache`` (both need VLLM_SERVER_DEV_MODE=1).
     """
 
     kind = "vllm"
     logprob_convention = "log softmax(z/T) before top-p (vLLM processed_logprobs, top_p=1, top_k=0)"
+    generate_path = "/v1/completions"
     reset_path = "/reset_prefix_cache"
     reload_path = "/collective_rpc"
 
@@ -276,67 +324,53 @@ class VLLMBackend(_ServerClient):
         return {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}
 
     async def _describe(self) -> None:
+        if self.model is not None and self.max_model_len is not None:
+            return
         models = await request_json("GET", self.url + "/v1/models", timeout_s=30)
         first = models["data"][0]
         self.model = self.model or str(first["id"])
         if first.get("max_model_len"):
             self.max_model_len = int(first["max_model_len"])
 
-    async def generate(
-        self,
-        prompt_token_ids: Sequence[int],
-        sampling: SamplingParams,
-        n: int = 1,
-        *,
-        policy_version: int | None = None,
-    ) -> list[Completion]:
-        """Sample n completions of the prompt (GenerationBackend protocol). Greedy (temperature 0) asks the
-        server for one completion and returns n copies of it (vLLM refuses n > 1 with greedy sampling).
+    def _copies(self, sampling: SamplingParams, n: int) -> int:
+        return n if sampling.temperature == 0 else 1
 
-        Raises:
-            ValueError: bad prompt / n / top_p, or a malformed response. ServerError, OSError, TimeoutError:
-            the server refused, failed or is unreachable (a pool retries those on another replica).
-        """
-        if self.model is None or self.max_model_len is None:
-            await self._describe()
+    def _request(
+        self, prompt_token_ids: Sequence[int], sampling: SamplingParams, n: int, policy_version: int | None
+    ) -> Any:
         assert self.model is not None
-        copies = n if sampling.temperature == 0 else 1  # vLLM refuses n > 1 with greedy sampling
-        body = vllm_completion_request(
+        return vllm_completion_request(
             prompt_token_ids,
             sampling,
-            n // copies,
+            n,
             model=self.model,
             stop_ids=self.stop_ids,
             policy_version=policy_version,
             max_model_len=self.max_model_len,
         )
-        reply = await request_json("POST", self.url + "/v1/completions", body, timeout_s=self.timeout_s)
-        return parse_vllm_completion(reply, n // copies) * copies
+
+    def _parse(self, reply: Any, n: int) -> list[Completion]:
+        return parse_vllm_completion(reply, n)
 
 
 class SGLangBackend(_ServerClient):
     """One SGLang server (native API): ``/generate``; weight reload ``/update_weights_from_disk`` with the
-    version, then ``/flush_cache`` (the radix cache). Arguments as `VLLMBackend` (``max_model_len`` given, not
-    read from the server)."""
+    version, then ``/flush_cache`` (the radix cache). Arguments as `VLLMBackend`, plus ``max_model_len``
+    (tokens; given, not read from the server: requests are capped to the room it leaves; None = no cap)."""
 
     kind = "sglang"
     logprob_convention = "log softmax(z/T) before top-p (SGLang default)"
+    generate_path = "/generate"
     reset_path = "/flush_cache"
     reload_path = "/update_weights_from_disk"
 
     def _reload_body(self, folder: str, version: int) -> dict[str, Any]:
         return {"model_path": str(folder), "weight_version": str(version)}
 
-    async def generate(
-        self,
-        prompt_token_ids: Sequence[int],
-        sampling: SamplingParams,
-        n: int = 1,
-        *,
-        policy_version: int | None = None,
-    ) -> list[Completion]:
-        """Sample n completions of the prompt (GenerationBackend protocol); errors as `VLLMBackend.generate`."""
-        body = sglang_generate_request(
+    def _request(
+        self, prompt_token_ids: Sequence[int], sampling: SamplingParams, n: int, policy_version: int | None
+    ) -> Any:
+        return sglang_generate_request(
             prompt_token_ids,
             sampling,
             n,
@@ -344,5 +378,6 @@ class SGLangBackend(_ServerClient):
             policy_version=policy_version,
             max_model_len=self.max_model_len,
         )
-        reply = await request_json("POST", self.url + "/generate", body, timeout_s=self.timeout_s)
+
+    def _parse(self, reply: Any, n: int) -> list[Completion]:
         return parse_sglang_generate(reply, n)

@@ -6,8 +6,9 @@ with CUDA vLLM). The servers run ``python -m vllm.entrypoints.openai.api_server`
 has no working ``vllm`` console script) with the flags `VLLMBackend` relies on: prefix caching, prompt-token
 details (cached-token counts), processed logprobs (after temperature), vLLM's own sampling defaults instead of
 the model's generation_config.json, and VLLM_SERVER_DEV_MODE=1 for ``/collective_rpc`` and
-``/reset_prefix_cache`` (weight reload from disk). Each server is started in its own process group, so
-`VLLMServer.stop` ends it and vLLM's engine-core child together.
+``/reset_prefix_cache`` (weight reload from disk). Each server is started in its own process group under a
+small watchdog process, so `VLLMServer.stop` ends it and vLLM's engine-core and worker children together, and
+so does the death of the launcher.
 """
 
 from __future__ import annotations
@@ -27,6 +28,19 @@ from typing import IO, Any
 from trace_rl.rollout.servers import VLLM_LOGPROBS_MODE
 
 DEFAULT_START_TIMEOUT_S = 300.0
+
+# The server's parent process: runs argv[1:] and stays in the server's process group. SIGHUP (its
+# PR_SET_PDEATHSIG: the launcher died) SIGKILLs the group; SIGTERM (`VLLMServer.stop` signals the group, so
+# vLLM gets it too) waits for the server to finish its own shutdown; it exits with the server's status.
+WATCHDOG = """
+import os, signal, subprocess, sys
+signal.signal(signal.SIGHUP, lambda *_: os.killpg(0, signal.SIGKILL))
+if os.getppid() == 1:
+    sys.exit(1)
+child = subprocess.Popen(sys.argv[1:])
+signal.signal(signal.SIGTERM, lambda *_: None)
+sys.exit(child.wait())
+"""
 
 
 def vllm_python() -> Path:
@@ -108,8 +122,9 @@ class VLLMServer:
         threads: CPU threads (OMP_NUM_THREADS; cores pinned with VLLM_CPU_OMP_THREADS_BIND when `cpus` is set).
         nice: niceness of the server processes (19 in the tests: the machine is shared).
         log_path: where stdout/stderr go (default: a file next to model_dir).
-        die_with_parent: the server gets SIGKILL when the process that started it dies (Linux
-            PR_SET_PDEATHSIG), so that not even a killed trainer leaves a server behind.
+        die_with_parent: the server's whole process group (API server, engine core, workers) gets SIGKILL
+            when the thread that started it dies (Linux PR_SET_PDEATHSIG on the `WATCHDOG` parent), so that not
+            even a SIGKILLed trainer leaves a server process behind.
     """
 
     model_dir: Path
@@ -174,7 +189,13 @@ class VLLMServer:
         return env
 
     def start(self) -> VLLMServer:
-        """Start the process (returns at once; `wait_ready` blocks until it serves)."""
+        """Start the process (returns at once; `wait_ready` blocks until it serves).
+
+        The process started is `WATCHDOG` (the vLLM Python running a few lines of standard library), which
+        runs the server as its child in its own process group: with `die_with_parent`, the death of the
+        thread that called `start` (PR_SET_PDEATHSIG, Linux) SIGKILLs the whole group, vLLM's engine-core and
+        worker processes included (they are not the launcher's children and would outlive it otherwise).
+        """
         if self.process is not None:
             raise RuntimeError("server already started")
         if self.port == 0:
@@ -182,7 +203,7 @@ class VLLMServer:
         log = self.log_path or self.model_dir.parent / f"vllm-{self.port}.log"
         self.log_path = Path(log)
         self._log = self.log_path.open("ab")
-        nice, orphan_signal = self.nice, signal.SIGKILL if self.die_with_parent else 0
+        nice, orphan_signal = self.nice, signal.SIGHUP if self.die_with_parent else 0
 
         def preexec() -> None:  # pragma: no cover - runs in the child
             if nice:
@@ -190,10 +211,11 @@ class VLLMServer:
             if orphan_signal and sys.platform.startswith("linux"):
                 import ctypes
 
-                ctypes.CDLL(None).prctl(1, int(orphan_signal))  # PR_SET_PDEATHSIG: die with the launcher
+                ctypes.CDLL(None).prctl(1, int(orphan_signal))  # PR_SET_PDEATHSIG: SIGHUP the watchdog
 
+        argv = self.command()
         self.process = subprocess.Popen(
-            self.command(),
+            [argv[0], "-c", WATCHDOG, *argv],
             env=self.environment(),
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -175,13 +175,19 @@ class BackendSection:
     """Where rollouts are generated (docs/serving.md).
 
     Attributes:
-        kind: "local" (the in-process LocalEngine) or "vllm" (vLLM servers through a ReplicaPool).
+        kind: "local" (the in-process LocalEngine), "vllm" (vLLM servers through a ReplicaPool) or "sglang"
+            (running SGLang servers through a ReplicaPool; ``urls`` required: trace-rl launches only vLLM).
         urls: comma-separated base URLs of running servers; empty = the trainer launches ``replicas`` servers
-            from .venv-vllm (``make vllm``) and stops them when the run ends, also on error or interrupt.
+            from .venv-vllm (``make vllm``; kind vllm only) and stops them when the run ends, also on error or
+            interrupt.
         replicas: servers the trainer launches when ``urls`` is empty.
         max_in_flight: requests in flight per replica.
         dtype: dtype of launched servers ("float32": logprobs as the trainer computes them; or "bfloat16").
         threads: CPU threads per launched server (OMP_NUM_THREADS). nice: their niceness.
+        kv_cache_gib: KV cache of each launched server in whole GiB (VLLM_CPU_KVCACHE_SPACE). Its capacity in
+            tokens is GiB * 2**30 / (2 * layers * kv_heads * head_dim * dtype bytes): 1 GiB holds 23,296 tokens
+            of SmolLM2 in fp32. A step whose roots hold more tokens than that evicts prefixes before their
+            replays run (least recently used first) and lowers backend_replay_cache_hit_rate.
     """
 
     kind: str = "local"
@@ -191,6 +197,7 @@ class BackendSection:
     dtype: str = "float32"
     threads: int = 1
     nice: int = 0
+    kv_cache_gib: int = 1
 
 
 @dataclass(frozen=True)
@@ -460,10 +467,17 @@ def validate(cfg: TrainConfig) -> None:
     need(0 <= cfg.predictor.prefix_share <= 1, "predictor.prefix_share", "must lie in [0, 1]")
     need(cfg.predictor.buffer_steps >= 1, "predictor.buffer_steps", "must be at least 1")
     need(cfg.predictor.updates >= 0, "predictor.updates", "must be >= 0")
-    need(cfg.backend.kind in ("local", "vllm"), "backend.kind", "must be local or vllm")
+    need(cfg.backend.kind in ("local", "vllm", "sglang"), "backend.kind", "must be local, vllm or sglang")
+    need(
+        cfg.backend.kind != "sglang" or any(u.strip() for u in cfg.backend.urls.split(",")),
+        "backend.urls",
+        "must list the running SGLang servers with backend.kind=sglang (e.g. http://host:30000,http://host:30001):"
+        " trace-rl launches only vLLM servers",
+    )
     need(cfg.backend.replicas >= 1, "backend.replicas", "must be at least 1")
     need(cfg.backend.max_in_flight >= 1, "backend.max_in_flight", "must be at least 1")
     need(cfg.backend.dtype in ("float32", "bfloat16"), "backend.dtype", "must be float32 or bfloat16")
+    need(cfg.backend.kv_cache_gib >= 1, "backend.kv_cache_gib", "must be at least 1 (whole GiB)")
     need(
         cfg.backend.kind != "vllm" or cfg.sampling.top_p == 1,
         "sampling.top_p",

@@ -1,4 +1,5 @@
-"""The generation backend of a training run: the in-process LocalEngine, or vLLM servers behind a ReplicaPool.
+"""The generation backend of a training run: the in-process LocalEngine, or vLLM / SGLang servers behind a
+ReplicaPool.
 
 `open_backend(cfg, policy, out)` returns a `RunBackend`; the trainer generates through ``.backend``, calls
 ``sync(policy)`` after every policy update (local: drop cached keys/values; servers: write the weights to
@@ -82,26 +83,34 @@ def _sigterm(signum: int, frame: Any) -> None:
 def open_backend(cfg: TrainConfig, policy: Any, out: Path, log: Callable[[str], None] = print) -> RunBackend:
     """The backend ``cfg.backend`` asks for (docs/serving.md).
 
-    With ``kind: vllm`` and ``urls`` set, the servers must read this machine's ``out`` folder (weight pushes
-    go through it) and serve the policy's architecture; the current weights are pushed at once (version 1).
-    Without URLs, ``replicas`` servers are launched from the exported policy and ``out/servers.json`` lists
-    their ports and process ids.
+    With ``kind: vllm`` or ``kind: sglang`` and ``urls`` set, the servers must read this machine's ``out``
+    folder (weight pushes go through it) and serve the policy's architecture; the current weights are pushed
+    at once (version 1). With ``kind: vllm`` and no URLs, ``replicas`` servers are launched from the exported
+    policy and ``out/servers.json`` lists their ports and process ids.
 
     Raises:
-        FileNotFoundError: no vLLM environment (run `make vllm`). RuntimeError / TimeoutError: a server failed
-        to start (every started one is stopped first).
+        ValueError: ``kind: sglang`` without ``urls`` (no SGLang server is launched). FileNotFoundError: no
+        vLLM environment (run `make vllm`). RuntimeError / TimeoutError: a server failed to start (every
+        started one is stopped first). ServerError / OSError / TimeoutError: the initial push to given
+        servers failed.
     """
     b = cfg.backend
     if b.kind == "local":
         from trace_rl.rollout.engine import LocalEngine
 
         return RunBackend(LocalEngine(policy, max_batch=cfg.sampling.max_concurrency), out)
-    from trace_rl.rollout.servers import VLLMBackend
-    from trace_rl.rollout.vllm_server import export_policy, launch_servers
+    from trace_rl.rollout.servers import SGLangBackend, VLLMBackend
 
     urls = [u.strip() for u in b.urls.split(",") if u.strip()]
+    if b.kind == "sglang" and not urls:
+        raise ValueError(
+            "backend.kind=sglang needs backend.urls (the running SGLang servers): trace-rl launches only vLLM"
+        )
+    client = SGLangBackend if b.kind == "sglang" else VLLMBackend
     run = RunBackend(None, out)
     if not urls:
+        from trace_rl.rollout.vllm_server import export_policy, launch_servers
+
         folder = export_policy(policy, out / SERVED_DIR / "v0")
         if threading.current_thread() is threading.main_thread():
             run._old_sigterm = signal.signal(signal.SIGTERM, _sigterm)
@@ -115,6 +124,7 @@ def open_backend(cfg: TrainConfig, policy: Any, out: Path, log: Callable[[str], 
             threads=b.threads,
             nice=b.nice,
             max_num_seqs=b.max_in_flight,
+            kv_cache_gib=b.kv_cache_gib,
         )
         urls = [s.url for s in run.servers]
         (out / SERVERS_FILE).write_text(
@@ -122,7 +132,7 @@ def open_backend(cfg: TrainConfig, policy: Any, out: Path, log: Callable[[str], 
         )
         log(f"vLLM servers ready: {', '.join(urls)}")
     run.backend = ReplicaPool(
-        [VLLMBackend(u, stop_ids=policy.stop_ids) for u in urls], max_in_flight=b.max_in_flight
+        [client(u, stop_ids=policy.stop_ids) for u in urls], max_in_flight=b.max_in_flight
     )
     if not run.servers:
         run.sync(policy)  # servers started elsewhere: make them serve this run's weights
