@@ -162,13 +162,11 @@ async def run_episode(
         budget = min(sampling.max_new_tokens, max_context - len(context) - 1)
         if budget < 1:
             episode.finish, episode.reward = "context", 0.0
-            if (
-                not episode.turns
-            ):  # nothing fits: one empty failed turn, so the rollout still counts in its tree
+            if not episode.turns:  # nothing fits: one empty failed turn, so the rollout still counts
                 empty = np.zeros(0, np.int64)
-                info = {"finish_reason": "context", "span": [len(context), len(context)]}
+                failed: dict[str, object] = {"finish_reason": "context", "span": [len(context)] * 2}
                 episode.turns.append(
-                    Turn(empty, empty.astype(np.int8), empty.astype(np.float32), "", "", info)
+                    Turn(empty, empty.astype(np.int8), empty.astype(np.float32), "", "", failed)
                 )
             return episode
         params = SamplingParams(
