@@ -93,6 +93,7 @@ def test_run_report_is_a_self_contained_dashboard(tmp_path) -> None:
     assert len(images) >= 9 and all(src.startswith("data:image/png;base64,") for src in images)
     assert not re.search(r"(src|href)=['\"]?(https?:)?//", page)  # nothing fetched at view time
     assert "effective_ratio.png" in page and (folder / "report" / "effective_ratio.png").stat().st_size > 1000
+    assert "replay_flips.png" in page and (folder / "report" / "replay_flips.png").stat().st_size > 1000
 
 
 def test_compare_report_puts_methods_side_by_side_with_intervals(tmp_path) -> None:
