@@ -129,6 +129,19 @@ def test_compare_and_report(tmp_path) -> None:
         assert row["budget_spent"] <= data["budget_total"] + 1e-9
     assert "grpo" in (out / "report.html").read_text()
 
+    # the same compare again: its finished runs are read back, not set up and resumed (no model load, no
+    # embeddings, metrics untouched), and the numbers are the same
+    metrics = out / "trace" / "seed_0" / "metrics.jsonl"
+    before = (metrics.read_bytes(), metrics.stat().st_mtime_ns)
+    again = run(
+        *("compare", "--preset", "smoke", "--methods", "grpo,trace", "--seeds", "1", "--steps", "1"),
+        *("--set", "threads=1", "--out", str(out)),
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "resumed from" not in again.stdout + again.stderr
+    assert (metrics.read_bytes(), metrics.stat().st_mtime_ns) == before
+    assert json.loads((out / "comparison.json").read_text())["methods"] == data["methods"]
+
     # continuing a compare folder with a different config is refused (its runs would mix two configs)
     changed = run(
         *("compare", "--preset", "smoke", "--methods", "grpo", "--seeds", "1", "--steps", "1"),

@@ -75,8 +75,10 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--overwrite starts a new run; it cannot be combined with --resume")
         if overrides_from(args):
             raise UsageError("--resume continues a run with its saved config; overrides are not allowed")
+        from trace_rl.train.checkpoint import completed_step
+
         cfg = resume_config(args.resume)
-        done = _completed_step(args.resume)
+        done = completed_step(args.resume)
         if done is not None and done >= cfg.steps:
             print(f"the run in {args.resume} is complete ({done}/{cfg.steps} steps); nothing to resume")
             print(summary_line(args.resume))
@@ -95,17 +97,6 @@ def run(args: argparse.Namespace) -> int:
 
     train(cfg, args.out, progress=not args.no_progress, overwrite=args.overwrite)
     return _finish(args.out)
-
-
-def _completed_step(out: str) -> int | None:
-    """Step of the newest complete checkpoint under ``out`` when it can be loaded, else None (a resume then
-    falls back to an older checkpoint and redoes the steps after it)."""
-    from trace_rl.train.checkpoint import checkpoint_problem, checkpoint_step, complete_checkpoints
-
-    ckpts = complete_checkpoints(out)
-    if not ckpts or checkpoint_problem(ckpts[-1]) is not None:
-        return None
-    return checkpoint_step(ckpts[-1])
 
 
 def _finish(out: str) -> int:

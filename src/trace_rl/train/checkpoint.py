@@ -81,10 +81,26 @@ def resumable_checkpoint(out: str | Path, log: Callable[[str], None]) -> Path | 
     return None
 
 
+def completed_step(out: str | Path) -> int | None:
+    """Step of the newest complete checkpoint under ``out`` when it can be loaded, else None (a resume then
+    falls back to an older checkpoint and redoes the steps after it). A run whose value is >= its config's
+    ``steps`` is finished: resuming it would only rebuild its parts (models, prompt embeddings) to run nothing."""
+    ckpts = complete_checkpoints(out)
+    if not ckpts or checkpoint_problem(ckpts[-1]) is not None:
+        return None
+    return checkpoint_step(ckpts[-1])
+
+
 def _skip_warning(skipped: list[tuple[Path, str]], then: str) -> str:
     noun = "checkpoint" if len(skipped) == 1 else "checkpoints"
     names = ", ".join(p.name for p, _ in skipped)
     return f"warning: {noun} {names} cannot be read ({skipped[0][1]}); {then}"
 
 
-__all__ = ["checkpoint_problem", "checkpoint_step", "complete_checkpoints", "resumable_checkpoint"]
+__all__ = [
+    "checkpoint_problem",
+    "checkpoint_step",
+    "complete_checkpoints",
+    "completed_step",
+    "resumable_checkpoint",
+]

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from trace_rl.lab.stats import mean_ci
+from trace_rl.train.checkpoint import completed_step
 from trace_rl.train.config import ConfigError, TrainConfig, budget_shape, validate, with_overrides
 from trace_rl.train.run import Trainer, check_same_config, read_metrics, summarize, train
 
@@ -127,7 +128,9 @@ def _run_one(run_cfg: TrainConfig, run_dir: Path, progress: bool) -> dict[str, f
     started = (run_dir / "checkpoints").exists() or (run_dir / "metrics.jsonl").exists()
     if started:
         check_same_config(run_cfg, run_dir)  # continuing is only right for the same run
-    train(run_cfg, run_dir, resume=started, progress=progress)
+    done = completed_step(run_dir) if started else None
+    if done is None or done < run_cfg.steps:  # a finished run is read back, not set up again
+        train(run_cfg, run_dir, resume=started, progress=progress)
     return summarize(read_metrics(run_dir / "metrics.jsonl"))
 
 
