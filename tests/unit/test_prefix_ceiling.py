@@ -1,0 +1,59 @@
+"""The arithmetic of benchmarks/prefix_ceiling.py (what docs/results.md's prefix-stage ceiling rests on), on
+hand-computed trees: P(mixed) = 1 - prod_j (1 - f_j)^k_j, only unanimous trees counted, fresh flip rates from the
+other roots."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location(
+    "prefix_ceiling_bench", Path(__file__).parents[2] / "benchmarks" / "prefix_ceiling.py"
+)
+assert _spec is not None and _spec.loader is not None
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+def anchor(depth: int, reward: float, replays: list[float]) -> dict[str, object]:
+    return {"depth": depth, "reward": reward, "replays": replays}
+
+
+# two failed roots; depth-1 anchors flip 1/2 and 0/2 of the time, the depth-2 anchor never
+ALL_FAILED = {
+    "task": "a",
+    "roots": [0.0, 0.0],
+    "anchors": [anchor(1, 0.0, [1.0, 0.0]), anchor(2, 0.0, [0.0, 0.0]), anchor(1, 0.0, [0.0, 0.0])],
+}
+MIXED = {
+    "task": "b",
+    "roots": [1.0, 0.0],
+    "anchors": [anchor(1, 1.0, [0.0, 0.0]), anchor(1, 0.0, [1.0, 1.0])],
+}
+
+
+def test_allocations_of_one_tree_by_hand() -> None:
+    budget = 4  # N = 2 continuations x 2 roots
+    got = bench.allocations(ALL_FAILED["anchors"], budget)
+    f_mean = (0.5 + 0 + 0) / 3
+    assert got["random"] == pytest.approx(1 - (1 - f_mean) ** 4)
+    # round-robin over the two depth-1 anchors: 2 replays each, only the first can flip
+    assert got["shallowest"] == pytest.approx(1 - 0.5**2)
+    assert got["best_anchor"] == pytest.approx(1 - 0.5**4)
+    # split halves: the first replay of each anchor picks (f_a = 1, 0, 0), the second scores (f_b = 0, 0, 0)
+    assert got["trace_split"] == pytest.approx(0.0)
+    assert got["random_split"] == pytest.approx(0.0)
+
+
+def test_report_counts_only_unanimous_trees_and_fresh_flips_from_other_roots() -> None:
+    out = bench.report([ALL_FAILED, MIXED], continuations=2)
+    assert out["unanimous_share"] == pytest.approx(0.5) and out["unanimous_all_failed"] == 1
+    assert out["p_mixed_unanimous"]["shallowest"] == pytest.approx(0.75)
+    assert out["headroom_best_anchor"] == pytest.approx(0.5 * ((1 - 0.5**4) - (1 - (1 - 0.5 / 3) ** 4)))
+    depth1 = out["flip_rates_by_depth"][1]
+    # depth-1 replays: [1,0], [0,0] (tree a) and [0,0] (flips 2 of 2: reward 1 -> 0), [1,1] (flips 2 of 2)
+    assert depth1["replays"] == 8 and depth1["replay"] == pytest.approx(5 / 8)
+    # fresh: tree a's other root agrees (0); tree b's other root differs (1) for both anchors
+    assert depth1["fresh"] == pytest.approx(4 / 8)
