@@ -173,7 +173,7 @@ def report(prompts: list[dict[str, Any]], continuations: int) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--policy", required=True, help="warm-started policy folder (a run's sft/policy)")
+    ap.add_argument("--policy", help="warm-started policy folder (a run's sft/policy); needed unless --load")
     ap.add_argument("--preset", default="multistep")
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--roots", type=int, default=8, help="root rollouts per prompt (M)")
@@ -186,17 +186,22 @@ def main() -> None:
         "--load", type=Path, help="summarise outcomes written earlier by --out instead of sampling"
     )
     args = ap.parse_args()
+    if not args.load and not args.policy:
+        ap.error("--policy PATH is needed to sample (or --load FILE to summarise earlier outcomes)")
     t0 = time.perf_counter()
     prompts = json.loads(args.load.read_text())["prompts_data"] if args.load else collect(args)
     seconds = time.perf_counter() - t0
+    record = {"args": {k: str(v) for k, v in vars(args).items()}, "seconds": seconds, "prompts_data": prompts}
+    if args.out:  # the outcomes first: they took minutes to sample
+        args.out.write_text(json.dumps(record))
     summary = report(prompts, args.continuations)
     print(
         f"{summary['prompts']} prompts x {args.roots} roots, {args.replays} replays per anchor ({seconds:.0f} s)"
     )
-    print("depth  anchors  replay flip  fresh flip  ratio")
+    print("depth  replays  replay flip  fresh flip  ratio")
     for d, row in summary["flip_rates_by_depth"].items():
         ratio = row["replay"] / row["fresh"] if row["fresh"] > 0 else float("nan")
-        print(f"{d:5d}  {row['anchors']:7d}  {row['replay']:11.3f}  {row['fresh']:10.3f}  {ratio:5.2f}")
+        print(f"{d:5d}  {row['replays']:7d}  {row['replay']:11.3f}  {row['fresh']:10.3f}  {ratio:5.2f}")
     m = summary["p_mixed_unanimous"]
     print(
         f"unanimous trees: {summary['unanimous_share']:.3f} of prompts ({summary['unanimous_all_failed']} all "
@@ -209,11 +214,7 @@ def main() -> None:
         f"TRACE objective on split-half flip rates {summary['headroom_trace_split']:+.3f}"
     )
     if args.out:
-        args.out.write_text(
-            json.dumps(
-                {**summary, "args": {k: str(v) for k, v in vars(args).items()}, "prompts_data": prompts}
-            )
-        )
+        args.out.write_text(json.dumps({**summary, **record}))
 
 
 if __name__ == "__main__":
