@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -57,3 +58,19 @@ def test_report_counts_only_unanimous_trees_and_fresh_flips_from_other_roots() -
     assert depth1["replays"] == 8 and depth1["replay"] == pytest.approx(5 / 8)
     # fresh: tree a's other root agrees (0); tree b's other root differs (1) for both anchors
     assert depth1["fresh"] == pytest.approx(4 / 8)
+
+
+def test_collect_replays_every_anchor_with_the_trainers_parts() -> None:
+    # smoke preset, untrained tiny policy: the outcomes are all failures, but every anchor of every root
+    # rollout gets exactly K replays and each record carries what report() reads
+    args = SimpleNamespace(
+        policy="tiny", preset="smoke", prompts=2, roots=2, replays=2, continuations=2, seed=0, threads=1
+    )
+    prompts = bench.collect(args)
+    assert len(prompts) == 2 and all(len(p["roots"]) == 2 for p in prompts)
+    assert sum(len(p["anchors"]) for p in prompts) > 0  # a failed first turn is still a save point
+    for p in prompts:
+        for a in p["anchors"]:
+            assert a["depth"] >= 1 and len(a["replays"]) == 2 and a["reward"] in (0.0, 1.0)
+    out = bench.report(prompts, continuations=2)
+    assert out["prompts"] == 2 and 0.0 <= out["unanimous_share"] <= 1.0
