@@ -113,7 +113,8 @@ def allocations(anchors: list[dict[str, Any]], budget: int) -> dict[str, float]:
     random: each replay's anchor drawn uniformly (TreePO); shallowest: round-robin over the anchors at the smallest
     depth; trace_split: TRACE's objective (`allocate_prefixes` with q_j = 1 - f_j) on flip rates measured from the
     first half of each anchor's replays, scored on the second half (a predictor as good as K/2 replays per anchor);
-    best_anchor: every replay on the anchor with the highest measured flip rate (in-sample: an upper bound, biased
+    random_split: random scored on the second half (its baseline); best_split: every replay on the anchor whose
+    first-half flip rate is highest, scored on the second half; best_anchor: every replay on the anchor with the highest measured flip rate (in-sample: an upper bound, biased
     upward by picking the anchor whose replays happened to flip).
     """
     from trace_rl.allocation import allocate_prefixes
@@ -133,11 +134,12 @@ def allocations(anchors: list[dict[str, Any]], budget: int) -> dict[str, float]:
         "shallowest": p_mixed(f, k_shallow),
         "trace_split": p_mixed(f_b, k_split),
         "random_split": float(1.0 - np.mean(1.0 - f_b) ** budget),
+        "best_split": float(1.0 - (1.0 - f_b[int(np.argmax(f_a))]) ** budget),
         "best_anchor": float(1.0 - (1.0 - f.max()) ** budget),
     }
 
 
-NAMES = ("random", "shallowest", "trace_split", "random_split", "best_anchor")
+NAMES = ("random", "shallowest", "trace_split", "random_split", "best_split", "best_anchor")
 
 
 def report(prompts: list[dict[str, Any]], continuations: int) -> dict[str, Any]:
@@ -168,6 +170,8 @@ def report(prompts: list[dict[str, Any]], continuations: int) -> dict[str, Any]:
         "p_mixed_unanimous": mixed,
         "headroom_best_anchor": share * (mixed["best_anchor"] - mixed["random"]),
         "headroom_trace_split": share * (mixed["trace_split"] - mixed["random_split"]),
+        "headroom_best_split": share * (mixed["best_split"] - mixed["random_split"]),
+        "headroom_shallowest": share * (mixed["shallowest"] - mixed["random"]),
     }
 
 
@@ -211,7 +215,9 @@ def main() -> None:
     print(
         "effective-ratio headroom of prefix selection over random branching: "
         f"best anchor (in-sample bound) {summary['headroom_best_anchor']:+.3f}, "
-        f"TRACE objective on split-half flip rates {summary['headroom_trace_split']:+.3f}"
+        f"best anchor on split halves {summary['headroom_best_split']:+.3f}, "
+        f"TRACE objective on split-half flip rates {summary['headroom_trace_split']:+.3f}, "
+        f"shallowest first {summary['headroom_shallowest']:+.3f}"
     )
     if args.out:
         args.out.write_text(json.dumps({**summary, **record}))

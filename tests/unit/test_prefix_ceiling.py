@@ -46,6 +46,8 @@ def test_allocations_of_one_tree_by_hand() -> None:
     # split halves: the first replay of each anchor picks (f_a = 1, 0, 0), the second scores (f_b = 0, 0, 0)
     assert got["trace_split"] == pytest.approx(0.0)
     assert got["random_split"] == pytest.approx(0.0)
+    # best_split: picked by its first replay, which flipped; its second did not
+    assert got["best_split"] == pytest.approx(0.0)
 
 
 def test_report_counts_only_unanimous_trees_and_fresh_flips_from_other_roots() -> None:
