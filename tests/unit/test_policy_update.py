@@ -89,3 +89,63 @@ def test_update_skips_groups_without_signal(tiny_policy) -> None:
     )
     assert stats == {"rows": 0.0, "tokens": 0.0}
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def uneven_tree(rng: np.random.Generator) -> RolloutTree:
+    """Paths of 1-3 turns with mixed rewards and off-policy behaviour log-probs (so some tokens clip)."""
+    tree = RolloutTree.new(prompt_ids=PROMPT)
+    tree.add_rollout([turn(GOOD, OBS), turn(GOOD)], reward=1.0)
+    tree.add_rollout([turn(BAD)], reward=0.0)
+    tree.add_rollout([turn(GOOD, OBS), turn(BAD, OBS), turn(GOOD)], reward=1.0)
+    tree.add_rollout([turn(BAD, OBS), turn(BAD)], reward=0.0)
+    tree.add_replay(1, [turn(BAD)], reward=0.0)
+    for t in tree.turns[1:]:
+        t.logprobs[:] = -rng.uniform(0.5, 4.0, t.logprobs.size) * t.loss_mask
+    return tree
+
+
+@pytest.mark.parametrize(
+    "loss_agg", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+)
+@pytest.mark.parametrize("kl_coef", [0.0, 0.1])
+def test_micro_batches_give_the_whole_minibatchs_gradient(tiny_policy, loss_agg: str, kl_coef: float) -> None:
+    # one SGD step (lr 1, no clipping) moves the weights by exactly minus the gradient: splitting each minibatch
+    # into forward passes of a few rows must move them the same way, and report the same statistics
+    import copy
+
+    from trace_rl.train.update import micro_batches, training_rows
+
+    tree = uneven_tree(np.random.default_rng(0))
+    ref = copy.deepcopy(tiny_policy.model)
+    with (
+        torch.no_grad()
+    ):  # a reference policy that differs from the trained one, so the KL term has a gradient
+        for p in ref.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    moved, reported = [], []
+    for micro_tokens in (0, 30, 50):
+        model = copy.deepcopy(tiny_policy.model)
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)
+        settings = UpdateSettings(
+            estimator="treerpo", minibatch=4, loss_agg=loss_agg, kl_coef=kl_coef, max_grad_norm=1e9,
+            micro_tokens=micro_tokens,
+        )  # fmt: skip
+        rows = training_rows([tree], settings)
+        passes = micro_batches(rows[:4], settings)
+        widths = [[len(r.prompt_ids) + len(r.token_ids) for r in m] for m, _, _ in passes]
+        assert sum(len(w) for w in widths) == 4  # rows of 10-22 tokens
+        assert len(passes) == 1 if micro_tokens == 0 else 1 < len(passes) <= 4
+        assert all(len(w) == 1 or len(w) * max(w) <= micro_tokens for w in widths if micro_tokens)
+        assert sum(share for _, _, share in passes) == pytest.approx(1.0)
+        stats = policy_update(
+            model, opt, [tree], settings, pad_id=0, rng=np.random.default_rng(1), ref_model=ref
+        )
+        moved.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
+        reported.append(stats)
+    base = torch.cat([p.detach().reshape(-1) for p in tiny_policy.model.parameters()])
+    assert (moved[0] - base).abs().max() > 1e-4  # the step did something
+    assert reported[0]["clip_fraction"] > 0  # off-policy tokens: the clipped branch is exercised
+    for other, stats in zip(moved[1:], reported[1:], strict=True):
+        assert torch.allclose(other, moved[0], atol=1e-6, rtol=1e-5)
+        for key, value in reported[0].items():
+            assert stats[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key

@@ -130,7 +130,11 @@ class OptimSection:
         estimator: "auto" (treerpo for math/QA, tree_grpo for function calling, grpo for flat methods),
             "grpo", "tree_grpo" or "treerpo".
         normalize_std: divide by the group std (False: Dr. GRPO).
-        loss_agg: "token-mean" or "seq-mean-token-sum".
+        loss_agg: "token-mean" or "seq-mean-token-sum" (`trace_rl.advantages.losses.aggregate_loss`).
+        minibatch: paths per optimizer step.
+        micro_tokens: padded tokens per forward pass: each minibatch's gradient is accumulated over passes of at
+            most this many (rows x longest row) tokens, the same gradient with a fraction of the activation memory
+            (`trace_rl.train.update.micro_batches`); 0 = the whole minibatch in one pass.
     """
 
     lr: float = 5e-5
@@ -142,6 +146,7 @@ class OptimSection:
     epochs: int = 1
     minibatch: int = 32
     max_grad_norm: float = 1.0
+    micro_tokens: int = 4096
 
 
 @dataclass(frozen=True)
@@ -464,6 +469,9 @@ def validate(cfg: TrainConfig) -> None:
     need(cfg.optim.kl_coef >= 0, "optim.kl_coef", "must be >= 0")
     need(cfg.optim.epochs >= 1, "optim.epochs", "must be at least 1")
     need(cfg.optim.minibatch >= 1, "optim.minibatch", "must be at least 1")
+    need(
+        cfg.optim.micro_tokens >= 0, "optim.micro_tokens", "must be >= 0 (0 = one forward pass per minibatch)"
+    )
     need(0 <= cfg.predictor.prefix_share <= 1, "predictor.prefix_share", "must lie in [0, 1]")
     need(cfg.predictor.buffer_steps >= 1, "predictor.buffer_steps", "must be at least 1")
     need(cfg.predictor.updates >= 0, "predictor.updates", "must be >= 0")

@@ -273,6 +273,7 @@ class Trainer:
             minibatch=cfg.optim.minibatch,
             max_grad_norm=cfg.optim.max_grad_norm,
             temperature=cfg.sampling.temperature,
+            micro_tokens=cfg.optim.micro_tokens,
         )
 
         def update(trees: list[Any]) -> dict[str, float]:

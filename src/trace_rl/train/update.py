@@ -41,6 +41,7 @@ class UpdateSettings:
     minibatch: int = 32
     max_grad_norm: float = 1.0
     temperature: float = 1.0
+    micro_tokens: int = 4096
 
 
 def training_rows(trees: Sequence[RolloutTree], settings: UpdateSettings) -> list[PathTokens]:
@@ -94,6 +95,80 @@ def _pad(arrays: Sequence[np.ndarray], width: int, dtype: Any) -> Any:
     return out
 
 
+TOKEN_STATS = ("clip_fraction", "approx_kl")  # means over a minibatch's masked-in tokens
+
+
+def micro_batches(
+    batch: Sequence[PathTokens], settings: UpdateSettings
+) -> list[tuple[list[PathTokens], float, float]]:
+    """Split a minibatch into forward passes of at most ``settings.micro_tokens`` padded tokens each.
+
+    Returns (rows, loss scale, token share) per micro-batch: the scale makes the sum of the micro-batches'
+    scaled losses equal the loss of the whole minibatch under ``settings.loss_agg`` (token-mean: its share of
+    the minibatch's masked-in tokens; the per-sequence means: its share of the sequences, every micro-batch
+    being padded to the minibatch's span), so gradient accumulation over them is exact up to rounding, and the
+    token share weighs the token-mean statistics. Rows keep their order; a row longer than the limit gets a
+    forward pass of its own. ``micro_tokens = 0`` gives one pass over the whole minibatch.
+    """
+    limit = settings.micro_tokens
+    groups: list[list[PathTokens]] = []
+    width = 0
+    for row in batch:
+        w = len(row.prompt_ids) + len(row.token_ids)
+        if groups and limit > 0 and max(width, w) * (len(groups[-1]) + 1) > limit:
+            groups.append([])
+            width = 0
+        if not groups:
+            groups.append([])
+        groups[-1].append(row)
+        width = max(width, w)
+    tokens = max(sum(float(r.loss_mask.sum()) for r in batch), 1.0)
+    out = []
+    for g in groups:
+        share = sum(float(r.loss_mask.sum()) for r in g) / tokens
+        scale = share if settings.loss_agg == "token-mean" else len(g) / len(batch)
+        out.append((g, scale, share))
+    return out
+
+
+def _micro_loss(
+    model: Any,
+    micro: Sequence[PathTokens],
+    batch: Sequence[PathTokens],
+    settings: UpdateSettings,
+    pad_id: int,
+    ref_model: Any | None,
+) -> tuple[Any, dict[str, Any]]:
+    """`policy_loss` of one micro-batch, its (B, T) tensors padded to the whole minibatch's span T."""
+    import torch
+    import torch.nn.functional as F
+
+    from trace_rl.advantages.losses import policy_loss
+
+    span = max(len(r.token_ids) for r in batch)
+    device = next(model.parameters()).device
+    mask = _pad([r.loss_mask for r in micro], span, torch.float32).to(device)
+    old = _pad([r.logprobs for r in micro], span, torch.float32).to(device)
+    adv = _pad([r.advantages for r in micro], span, torch.float32).to(device)
+    new = sequence_logprobs(model, micro, settings.temperature, pad_id)
+    new = F.pad(new, (0, span - new.shape[1]))
+    ref = None
+    if settings.kl_coef > 0 and ref_model is not None:
+        with torch.no_grad():
+            ref = sequence_logprobs(ref_model, micro, settings.temperature, pad_id)
+        ref = F.pad(ref, (0, span - ref.shape[1]))
+    return policy_loss(
+        new,
+        old,
+        adv,
+        mask,
+        ref_logprobs=ref,
+        kl_coef=settings.kl_coef if ref is not None else 0.0,
+        clip_low=settings.clip,
+        loss_agg=settings.loss_agg,  # type: ignore[arg-type]
+    )
+
+
 def policy_update(
     model: Any,
     optimizer: Any,
@@ -106,13 +181,15 @@ def policy_update(
 ) -> dict[str, float]:
     """Clipped-surrogate update of ``model`` on the trees' paths (PPO/GRPO loss, trace_rl.advantages.losses).
 
+    One optimizer step per minibatch of ``settings.minibatch`` paths; each minibatch's gradient is accumulated
+    over forward passes of at most ``settings.micro_tokens`` padded tokens (`micro_batches`: the same gradient,
+    a fraction of the activation memory).
+
     Returns:
         mean "loss", "pg_loss", "clip_fraction", "approx_kl", "grad_norm" over minibatches, plus "rows" (training
         sequences with non-zero advantage) and "tokens" (model tokens trained on).
     """
     import torch
-
-    from trace_rl.advantages.losses import policy_loss
 
     rows = training_rows(trees, settings)
     stats: dict[str, list[float]] = {}
@@ -123,32 +200,18 @@ def policy_update(
         order = rng.permutation(len(rows))
         for start in range(0, len(rows), settings.minibatch):
             batch = [rows[int(i)] for i in order[start : start + settings.minibatch]]
-            span = max(len(r.token_ids) for r in batch)
-            device = next(model.parameters()).device
-            mask = _pad([r.loss_mask for r in batch], span, torch.float32).to(device)
-            old = _pad([r.logprobs for r in batch], span, torch.float32).to(device)
-            adv = _pad([r.advantages for r in batch], span, torch.float32).to(device)
-            new = sequence_logprobs(model, batch, settings.temperature, pad_id)
-            ref = None
-            if settings.kl_coef > 0 and ref_model is not None:
-                with torch.no_grad():
-                    ref = sequence_logprobs(ref_model, batch, settings.temperature, pad_id)
-            loss, info = policy_loss(
-                new,
-                old,
-                adv,
-                mask,
-                ref_logprobs=ref,
-                kl_coef=settings.kl_coef if ref is not None else 0.0,
-                clip_low=settings.clip,
-                loss_agg=settings.loss_agg,  # type: ignore[arg-type]
-            )
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            step_stats: dict[str, float] = {}
+            for micro, scale, token_share in micro_batches(batch, settings):
+                loss, info = _micro_loss(model, micro, batch, settings, pad_id, ref_model)
+                (loss * scale).backward()  # gradients accumulate to those of the whole minibatch's loss
+                for key, value in {"loss": loss.detach(), **info}.items():
+                    weight = token_share if key in TOKEN_STATS else scale
+                    step_stats[key] = step_stats.get(key, 0.0) + weight * float(value)
             grad = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
             optimizer.step()
-            for key, value in {"loss": loss.detach(), **info, "grad_norm": grad}.items():
-                stats.setdefault(key, []).append(float(value))
+            for key, value in {**step_stats, "grad_norm": float(grad)}.items():
+                stats.setdefault(key, []).append(value)
     model.eval()
     out = {k: float(np.mean(v)) for k, v in stats.items()}
     out["rows"] = float(len(rows))
