@@ -6,17 +6,23 @@ From these outcomes it prints
 
 1. the replay flip rate by anchor depth next to the fresh-rollout flip rate of the same prompts (the
    `replay_flip_rate_depth_<d>` / `fresh_flip_rate_depth_<d>` metrics of a training step, measured on every anchor
-   instead of the allocated ones);
+   instead of the allocated ones), over all trees and over the unanimous ones;
 2. for the trees whose M roots agree (the only trees a replay can make mixed: the effective ratio counts a tree
-   once it holds both outcomes), the chance that a local budget of B = N * M replays makes the tree mixed when the
-   replays go to anchors drawn uniformly at random (TreePO), to the shallowest anchors first, or to the anchors
-   with the highest *measured* flip rates (an oracle that knows each anchor's flip rate: an upper bound on what a
-   perfect predictor could do; biased upward, because it picks the anchors whose K replays happened to flip).
-   P(mixed) of an allocation k is 1 - prod_j (1 - f_j)^k_j with f_j the anchor's measured flip rate (replays
-   independent given the anchor), the quantity the paper's prefix objective maximises (1 - q^k per anchor).
+   once it holds both outcomes), the chance P(mixed) that a local budget of B = N * M replays holds at least one
+   flip, for several ways to place the replays (`allocations`). P(mixed) of an allocation k is
+   1 - prod_j (1 - f_j)^k_j (replays independent given the anchor). Note that this is not what TRACE's prefix
+   objective maximises: `allocate_prefixes` maximises the expected number of anchors that flip,
+   sum_j (1 - q_j^k_j), which spreads replays; P(mixed) alone would put every replay on the best anchor.
 
-The effective-ratio headroom of the prefix stage over TreePO is then at most
-(share of unanimous trees) x (oracle - random). `docs/results.md` (the multistep section) reports a run.
+Estimation: (1 - f_j)^k is estimated without bias from an anchor's F flips in K replays by the chance that k of
+them, drawn without replacement, all agree with the rollout, C(K - F, k) / C(K, k) (k <= K), so an allocation that
+does not look at the outcomes is scored on all K replays, and one chosen from the first K/2 replays of each anchor
+(a predictor as good as K/2 replays) is scored on the other K/2, at most K/2 replays per anchor. Plugging measured
+rates into (1 - f)^k instead would be biased (downward for concentrated allocations scored on few replays, upward
+for anchors picked because their replays happened to flip).
+
+The effective-ratio headroom of an allocation over TreePO's random branching is
+(share of unanimous trees) x (its P(mixed) - random's). `docs/results.md` (the multistep section) reports a run.
 
     python benchmarks/prefix_ceiling.py --policy runs/multistep/sft/policy [--preset multistep]
         [--prompts 64 --roots 8 --replays 4 --continuations 2 --out anchors.json]
@@ -31,6 +37,7 @@ import asyncio
 import json
 import tempfile
 import time
+from math import comb
 from pathlib import Path
 from typing import Any
 
@@ -102,48 +109,78 @@ def flip_rate(rewards: list[float], reward: float) -> float:
     return float(np.mean([abs(x - reward) > 1e-6 for x in rewards])) if rewards else float("nan")
 
 
-def p_mixed(f: np.ndarray, k: np.ndarray) -> float:
-    """1 - prod_j (1 - f_j)^k_j: the chance that at least one of the replays flips (independent given the anchor)."""
-    return float(1.0 - np.prod((1.0 - f) ** k))
+def flips(rewards: list[float], reward: float) -> int:
+    return sum(abs(x - reward) > 1e-6 for x in rewards)
+
+
+def p_mixed(flipped: np.ndarray, trials: np.ndarray, k: np.ndarray) -> float:
+    """Unbiased estimate of 1 - prod_j (1 - f_j)^k_j from each anchor's ``flipped`` of ``trials`` replays.
+
+    Each factor (1 - f_j)^k_j is estimated by C(trials_j - flipped_j, k_j) / C(trials_j, k_j), the chance that k_j
+    of the replays drawn without replacement all agree with the rollout (unbiased for k_j <= trials_j).
+
+    Raises:
+        ValueError: an allocation puts more replays on an anchor than it has measured replays.
+    """
+    if np.any(k > trials):
+        raise ValueError(f"allocation {k.tolist()} exceeds the measured replays {trials.tolist()}")
+    none = np.prod(
+        [comb(int(t - f), int(n)) / comb(int(t), int(n)) for f, t, n in zip(flipped, trials, k, strict=True)]
+    )
+    return float(1.0 - none)
 
 
 def allocations(anchors: list[dict[str, Any]], budget: int) -> dict[str, float]:
     """P(mixed) of one unanimous tree under several ways to place ``budget`` replays on its anchors.
 
-    random: each replay's anchor drawn uniformly (TreePO); shallowest: round-robin over the anchors at the smallest
-    depth; trace_split: TRACE's objective (`allocate_prefixes` with q_j = 1 - f_j) on flip rates measured from the
-    first half of each anchor's replays, scored on the second half (a predictor as good as K/2 replays per anchor);
-    random_split: random scored on the second half (its baseline); best_split: every replay on the anchor whose
-    first-half flip rate is highest, scored on the second half; best_anchor: every replay on the anchor with the highest measured flip rate (in-sample: an upper bound, biased
-    upward by picking the anchor whose replays happened to flip).
+    random: each replay's anchor drawn uniformly with replacement (TreePO), P(mixed) = 1 - (mean_j (1 - f_j))^B
+    with f pooled over all the tree's replays (a mean over dozens of anchors: its plug-in bias is negligible);
+    shallowest: round-robin over the anchors at the smallest depth, scored on all K replays; trace_split: TRACE's
+    objective (`allocate_prefixes` with q_j = 1 - f_j, at most K/2 per anchor) on the flip rates of the first K/2
+    replays of each anchor, scored on the other K/2; best_split: K/2 replays on each of the anchors with the most
+    first-half flips (ties to the shallowest), as concentrated as the held-out replays allow, scored on the other
+    K/2. Needs K >= 2 replays per anchor.
     """
     from trace_rl.allocation import allocate_prefixes
 
-    f = np.array([flip_rate(a["replays"], a["reward"]) for a in anchors])
+    replays = [a["replays"] for a in anchors]
+    if min(len(r) for r in replays) < 2:
+        raise ValueError("the split-half allocations need at least 2 replays per anchor")
+    reward = [a["reward"] for a in anchors]
     depth = np.array([a["depth"] for a in anchors])
-    half = len(anchors[0]["replays"]) // 2
-    f_a = np.array([flip_rate(a["replays"][:half], a["reward"]) for a in anchors])
-    f_b = np.array([flip_rate(a["replays"][half:], a["reward"]) for a in anchors])
+    half = min(len(r) for r in replays) // 2
+    f_all = np.array([flips(r, w) for r, w in zip(replays, reward, strict=True)])
+    n_all = np.array([len(r) for r in replays])
+    f_a = np.array([flips(r[:half], w) for r, w in zip(replays, reward, strict=True)])
+    f_b = np.array([flips(r[half:], w) for r, w in zip(replays, reward, strict=True)])
+    n_b = np.array([len(r) - half for r in replays])
+    cap = int(n_b.min())
     shallow = np.flatnonzero(depth == depth.min())
-    k_shallow = np.zeros(len(f))
+    k_shallow = np.zeros(len(anchors), np.int64)
     for i in range(budget):
         k_shallow[shallow[i % len(shallow)]] += 1
-    k_split = np.asarray(allocate_prefixes(1.0 - f_a, budget), dtype=np.float64)
+    k_trace = np.asarray(allocate_prefixes(1.0 - f_a / half, budget, max_per_prefix=cap), dtype=np.int64)
+    k_best = np.zeros(len(anchors), np.int64)
+    for j in np.lexsort((depth, -f_a))[: -(-budget // cap)]:  # most first-half flips, then shallowest
+        k_best[j] = min(cap, budget - int(k_best.sum()))
     return {
-        "random": float(1.0 - np.mean(1.0 - f) ** budget),
-        "shallowest": p_mixed(f, k_shallow),
-        "trace_split": p_mixed(f_b, k_split),
-        "random_split": float(1.0 - np.mean(1.0 - f_b) ** budget),
-        "best_split": float(1.0 - (1.0 - f_b[int(np.argmax(f_a))]) ** budget),
-        "best_anchor": float(1.0 - (1.0 - f.max()) ** budget),
+        "random": float(1.0 - (1.0 - f_all.sum() / n_all.sum()) ** budget),
+        "shallowest": p_mixed(f_all, n_all, k_shallow) if np.all(k_shallow <= n_all) else float("nan"),
+        "trace_split": p_mixed(f_b, n_b, k_trace),
+        "best_split": p_mixed(f_b, n_b, k_best),
     }
 
 
-NAMES = ("random", "shallowest", "trace_split", "random_split", "best_split", "best_anchor")
+NAMES = ("random", "shallowest", "trace_split", "best_split")
 
 
-def report(prompts: list[dict[str, Any]], continuations: int) -> dict[str, Any]:
-    """Flip rates by depth and P(mixed) of the unanimous trees under each allocation (see the module doc)."""
+def unanimous(p: dict[str, Any]) -> bool:
+    """All root rewards equal (within 1e-6, the tolerance a flip uses) and at least one anchor to replay from."""
+    return bool(p["anchors"]) and max(p["roots"]) - min(p["roots"]) <= 1e-6
+
+
+def depth_table(prompts: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
+    """Per anchor depth: replays, replay flip rate, fresh flip rate (share of the prompt's other roots that differ)."""
     replay: dict[int, list[float]] = {}
     fresh: dict[int, list[float]] = {}
     for p in prompts:
@@ -153,25 +190,27 @@ def report(prompts: list[dict[str, Any]], continuations: int) -> dict[str, Any]:
             if len(roots) > 1:  # the rollout itself is one of the roots with this reward: leave it out
                 other = float(np.sum(np.abs(roots - a["reward"]) > 1e-6)) / (len(roots) - 1)
                 fresh.setdefault(a["depth"], []).extend([other] * len(a["replays"]))
-    by_depth = {
+    return {
         d: {"replays": len(replay[d]), "replay": float(np.mean(replay[d])), "fresh": float(np.mean(fresh[d]))}
         for d in sorted(replay)
         if d in fresh
     }
-    unanimous = [p for p in prompts if p["anchors"] and len(set(p["roots"])) == 1]
-    rows = [allocations(p["anchors"], continuations * len(p["roots"])) for p in unanimous]
+
+
+def report(prompts: list[dict[str, Any]], continuations: int) -> dict[str, Any]:
+    """Flip rates by depth and P(mixed) of the unanimous trees under each allocation (see the module doc)."""
+    agree = [p for p in prompts if unanimous(p)]
+    rows = [allocations(p["anchors"], continuations * len(p["roots"])) for p in agree]
     mixed = {n: float(np.mean([r[n] for r in rows])) if rows else float("nan") for n in NAMES}
-    share = len(unanimous) / max(len(prompts), 1)
+    share = len(agree) / max(len(prompts), 1)
     return {
         "prompts": len(prompts),
-        "flip_rates_by_depth": by_depth,
+        "flip_rates_by_depth": depth_table(prompts),
+        "flip_rates_by_depth_unanimous": depth_table(agree),
         "unanimous_share": share,
-        "unanimous_all_failed": sum(1 for p in unanimous if p["roots"][0] < 0.5),
+        "unanimous_all_failed": sum(1 for p in agree if p["roots"][0] < 0.5),
         "p_mixed_unanimous": mixed,
-        "headroom_best_anchor": share * (mixed["best_anchor"] - mixed["random"]),
-        "headroom_trace_split": share * (mixed["trace_split"] - mixed["random_split"]),
-        "headroom_best_split": share * (mixed["best_split"] - mixed["random_split"]),
-        "headroom_shallowest": share * (mixed["shallowest"] - mixed["random"]),
+        "headroom": {n: share * (mixed[n] - mixed["random"]) for n in NAMES if n != "random"},
     }
 
 
@@ -181,7 +220,7 @@ def main() -> None:
     ap.add_argument("--preset", default="multistep")
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--roots", type=int, default=8, help="root rollouts per prompt (M)")
-    ap.add_argument("--replays", type=int, default=4, help="replays from every anchor (K)")
+    ap.add_argument("--replays", type=int, default=4, help="replays from every anchor (K, >= 2)")
     ap.add_argument("--continuations", type=int, default=2, help="N: a tree's local budget is N * M replays")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
@@ -192,6 +231,8 @@ def main() -> None:
     args = ap.parse_args()
     if not args.load and not args.policy:
         ap.error("--policy PATH is needed to sample (or --load FILE to summarise earlier outcomes)")
+    if args.replays < 2:
+        ap.error("--replays must be at least 2 (the split-half allocations choose on half and score on half)")
     t0 = time.perf_counter()
     prompts = json.loads(args.load.read_text())["prompts_data"] if args.load else collect(args)
     seconds = time.perf_counter() - t0
@@ -202,10 +243,14 @@ def main() -> None:
     print(
         f"{summary['prompts']} prompts x {args.roots} roots, {args.replays} replays per anchor ({seconds:.0f} s)"
     )
-    print("depth  replays  replay flip  fresh flip  ratio")
+    print("depth  replays  replay flip  fresh flip  | unanimous trees: replays  replay flip")
+    agree = summary["flip_rates_by_depth_unanimous"]
     for d, row in summary["flip_rates_by_depth"].items():
-        ratio = row["replay"] / row["fresh"] if row["fresh"] > 0 else float("nan")
-        print(f"{d:5d}  {row['replays']:7d}  {row['replay']:11.3f}  {row['fresh']:10.3f}  {ratio:5.2f}")
+        u = agree.get(d, {"replays": 0, "replay": float("nan")})
+        print(
+            f"{d:5d}  {row['replays']:7d}  {row['replay']:11.3f}  {row['fresh']:10.3f}  |"
+            f"{u['replays']:25d}  {u['replay']:11.3f}"
+        )
     m = summary["p_mixed_unanimous"]
     print(
         f"unanimous trees: {summary['unanimous_share']:.3f} of prompts ({summary['unanimous_all_failed']} all "
@@ -213,11 +258,8 @@ def main() -> None:
         + ", ".join(f"{n} {m[n]:.3f}" for n in NAMES)
     )
     print(
-        "effective-ratio headroom of prefix selection over random branching: "
-        f"best anchor (in-sample bound) {summary['headroom_best_anchor']:+.3f}, "
-        f"best anchor on split halves {summary['headroom_best_split']:+.3f}, "
-        f"TRACE objective on split-half flip rates {summary['headroom_trace_split']:+.3f}, "
-        f"shallowest first {summary['headroom_shallowest']:+.3f}"
+        "effective-ratio headroom over random branching: "
+        + ", ".join(f"{n} {v:+.3f}" for n, v in summary["headroom"].items())
     )
     if args.out:
         args.out.write_text(json.dumps({**summary, **record}))

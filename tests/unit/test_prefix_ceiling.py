@@ -8,6 +8,7 @@ import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 _spec = importlib.util.spec_from_file_location(
@@ -38,28 +39,43 @@ MIXED = {
 def test_allocations_of_one_tree_by_hand() -> None:
     budget = 4  # N = 2 continuations x 2 roots
     got = bench.allocations(ALL_FAILED["anchors"], budget)
-    f_mean = (0.5 + 0 + 0) / 3
-    assert got["random"] == pytest.approx(1 - (1 - f_mean) ** 4)
-    # round-robin over the two depth-1 anchors: 2 replays each, only the first can flip
-    assert got["shallowest"] == pytest.approx(1 - 0.5**2)
-    assert got["best_anchor"] == pytest.approx(1 - 0.5**4)
-    # split halves: the first replay of each anchor picks (f_a = 1, 0, 0), the second scores (f_b = 0, 0, 0)
+    assert got["random"] == pytest.approx(1 - (1 - 1 / 6) ** 4)  # 1 flip in 6 replays, pooled
+    # round-robin over the two depth-1 anchors, 2 replays each: drawing both of the first anchor's replays
+    # always includes its flip, so the unbiased estimate of P(no flip) there is C(1, 2) / C(2, 2) = 0
+    assert got["shallowest"] == pytest.approx(1.0)
+    # split halves (1 + 1 replays, so at most 1 replay per anchor): the first replays pick anchor 1 (its flip),
+    # the second replays (no flips anywhere) score: 0 for both split allocations
     assert got["trace_split"] == pytest.approx(0.0)
-    assert got["random_split"] == pytest.approx(0.0)
-    # best_split: picked by its first replay, which flipped; its second did not
     assert got["best_split"] == pytest.approx(0.0)
+
+
+def test_p_mixed_is_an_unbiased_estimate() -> None:
+    from scipy.stats import binom
+
+    # E over F ~ Binomial(K, f) of C(K - F, k) / C(K, k) is (1 - f)^k for k <= K
+    for trials, k, f in ((4, 3, 0.3), (6, 2, 0.05), (2, 2, 0.5)):
+        none = [
+            1 - bench.p_mixed(np.array([x]), np.array([trials]), np.array([k])) for x in range(trials + 1)
+        ]
+        expect = sum(binom.pmf(x, trials, f) * p for x, p in enumerate(none))
+        assert expect == pytest.approx((1 - f) ** k)
+    with pytest.raises(ValueError, match="exceeds the measured replays"):
+        bench.p_mixed(np.array([0]), np.array([2]), np.array([3]))
+    with pytest.raises(ValueError, match="at least 2 replays"):
+        bench.allocations([anchor(1, 0.0, [1.0])], 2)
 
 
 def test_report_counts_only_unanimous_trees_and_fresh_flips_from_other_roots() -> None:
     out = bench.report([ALL_FAILED, MIXED], continuations=2)
     assert out["unanimous_share"] == pytest.approx(0.5) and out["unanimous_all_failed"] == 1
-    assert out["p_mixed_unanimous"]["shallowest"] == pytest.approx(0.75)
-    assert out["headroom_best_anchor"] == pytest.approx(0.5 * ((1 - 0.5**4) - (1 - (1 - 0.5 / 3) ** 4)))
+    assert out["p_mixed_unanimous"]["shallowest"] == pytest.approx(1.0)
+    assert out["headroom"]["shallowest"] == pytest.approx(0.5 * (1 - 1 / 6) ** 4)
     depth1 = out["flip_rates_by_depth"][1]
     # depth-1 replays: [1,0], [0,0] (tree a) and [0,0] (flips 2 of 2: reward 1 -> 0), [1,1] (flips 2 of 2)
     assert depth1["replays"] == 8 and depth1["replay"] == pytest.approx(5 / 8)
     # fresh: tree a's other root agrees (0); tree b's other root differs (1) for both anchors
     assert depth1["fresh"] == pytest.approx(4 / 8)
+    assert out["flip_rates_by_depth_unanimous"][1]["replay"] == pytest.approx(1 / 4)  # tree a only
 
 
 def test_collect_replays_every_anchor_with_the_trainers_parts() -> None:
