@@ -123,7 +123,7 @@ def test_micro_batches_give_the_whole_minibatchs_gradient(tiny_policy, loss_agg:
         for p in ref.parameters():
             p.add_(0.01 * torch.randn_like(p))
     moved, reported = [], []
-    for micro_tokens in (0, 30, 50):
+    for micro_tokens in (0, 10, 30, 50):  # 10: below every row's width, each row its own pass
         model = copy.deepcopy(tiny_policy.model)
         opt = torch.optim.SGD(model.parameters(), lr=1.0)
         settings = UpdateSettings(
@@ -133,7 +133,7 @@ def test_micro_batches_give_the_whole_minibatchs_gradient(tiny_policy, loss_agg:
         rows = training_rows([tree], settings)
         passes = micro_batches(rows[:4], settings)
         widths = [[len(r.prompt_ids) + len(r.token_ids) for r in m] for m, _, _ in passes]
-        assert sum(len(w) for w in widths) == 4  # rows of 10-22 tokens
+        assert sum(len(w) for w in widths) == 4  # rows of 8-22 tokens
         assert len(passes) == 1 if micro_tokens == 0 else 1 < len(passes) <= 4
         assert all(len(w) == 1 or len(w) * max(w) <= micro_tokens for w in widths if micro_tokens)
         assert sum(share for _, _, share in passes) == pytest.approx(1.0)
