@@ -135,7 +135,8 @@ def allocations(anchors: list[dict[str, Any]], budget: int) -> dict[str, float]:
 
     random: each replay's anchor drawn uniformly with replacement (TreePO), P(mixed) = 1 - (mean_j (1 - f_j))^B
     with f pooled over all the tree's replays (a mean over dozens of anchors: its plug-in bias is negligible);
-    shallowest: round-robin over the anchors at the smallest depth, scored on all K replays; trace_split: TRACE's
+    shallowest: round-robin over the anchors at the smallest depth (the next depth once each has K), scored on all
+    K replays; trace_split: TRACE's
     objective (`allocate_prefixes` with q_j = 1 - f_j, at most K/2 per anchor) on the flip rates of the first K/2
     replays of each anchor, scored on the other K/2; best_split: K/2 replays on each of the anchors with the most
     first-half flips (ties to the shallowest), as concentrated as the held-out replays allow, scored on the other
@@ -155,17 +156,22 @@ def allocations(anchors: list[dict[str, Any]], budget: int) -> dict[str, float]:
     f_b = np.array([flips(r[half:], w) for r, w in zip(replays, reward, strict=True)])
     n_b = np.array([len(r) - half for r in replays])
     cap = int(n_b.min())
-    shallow = np.flatnonzero(depth == depth.min())
-    k_shallow = np.zeros(len(anchors), np.int64)
-    for i in range(budget):
-        k_shallow[shallow[i % len(shallow)]] += 1
+    k_shallow = np.zeros(len(anchors), np.int64)  # round-robin at the smallest depth, deeper once it is full
+    left = budget
+    for d in np.unique(depth):
+        level = [int(j) for j in np.flatnonzero(depth == d)]
+        while left > 0 and any(k_shallow[j] < n_all[j] for j in level):
+            for j in level:
+                if left > 0 and k_shallow[j] < n_all[j]:
+                    k_shallow[j] += 1
+                    left -= 1
     k_trace = np.asarray(allocate_prefixes(1.0 - f_a / half, budget, max_per_prefix=cap), dtype=np.int64)
     k_best = np.zeros(len(anchors), np.int64)
     for j in np.lexsort((depth, -f_a))[: -(-budget // cap)]:  # most first-half flips, then shallowest
         k_best[j] = min(cap, budget - int(k_best.sum()))
     return {
         "random": float(1.0 - (1.0 - f_all.sum() / n_all.sum()) ** budget),
-        "shallowest": p_mixed(f_all, n_all, k_shallow) if np.all(k_shallow <= n_all) else float("nan"),
+        "shallowest": p_mixed(f_all, n_all, k_shallow),
         "trace_split": p_mixed(f_b, n_b, k_trace),
         "best_split": p_mixed(f_b, n_b, k_best),
     }

@@ -47,6 +47,10 @@ def test_allocations_of_one_tree_by_hand() -> None:
     # the second replays (no flips anywhere) score: 0 for both split allocations
     assert got["trace_split"] == pytest.approx(0.0)
     assert got["best_split"] == pytest.approx(0.0)
+    # more budget than the shallowest anchors have replays: the rest goes one depth deeper (2 + 2 here), where the
+    # depth-2 anchor's flip is then always drawn
+    deep = bench.allocations([anchor(1, 0.0, [0.0, 0.0]), anchor(2, 0.0, [1.0, 0.0])], 4)
+    assert deep["shallowest"] == pytest.approx(1.0)
 
 
 def test_p_mixed_is_an_unbiased_estimate() -> None:
