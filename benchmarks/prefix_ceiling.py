@@ -104,12 +104,8 @@ def collect(args: argparse.Namespace) -> list[dict[str, Any]]:
     return prompts
 
 
-def flip_rate(rewards: list[float], reward: float) -> float:
-    """Share of replay rewards that differ from the rollout's own reward."""
-    return float(np.mean([abs(x - reward) > 1e-6 for x in rewards])) if rewards else float("nan")
-
-
 def flips(rewards: list[float], reward: float) -> int:
+    """How many replay rewards differ from the rollout's own reward (by more than 1e-6)."""
     return sum(abs(x - reward) > 1e-6 for x in rewards)
 
 

@@ -63,13 +63,24 @@ def training_rows(trees: Sequence[RolloutTree], settings: UpdateSettings) -> lis
     return rows
 
 
-def sequence_logprobs(model: Any, rows: Sequence[PathTokens], temperature: float, pad_id: int) -> Any:
-    """Log-probabilities (B, T) of each row's turn tokens under ``model`` (T = longest turn span, 0-padded)."""
+def sequence_logprobs(
+    model: Any, rows: Sequence[PathTokens], temperature: float, pad_id: int, span: int | None = None
+) -> Any:
+    """Log-probabilities (B, T) of each row's turn tokens under ``model``, 0-padded to T = ``span`` (default: the
+    longest turn span of ``rows``; a given span must be at least that).
+
+    Raises:
+        ValueError: ``span`` shorter than a row's turn tokens.
+    """
     import torch
 
     full = [np.concatenate([r.prompt_ids, r.token_ids]) for r in rows]
     width = max(len(f) for f in full)
-    span = max(len(r.token_ids) for r in rows)
+    longest = max(len(r.token_ids) for r in rows)
+    if span is None:
+        span = longest
+    elif span < longest:
+        raise ValueError(f"span {span} is shorter than a row's {longest} turn tokens")
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     att = torch.zeros((len(rows), width), dtype=torch.long)
     for i, f in enumerate(full):
@@ -134,29 +145,25 @@ def micro_batches(
 def _micro_loss(
     model: Any,
     micro: Sequence[PathTokens],
-    batch: Sequence[PathTokens],
+    span: int,
     settings: UpdateSettings,
     pad_id: int,
     ref_model: Any | None,
 ) -> tuple[Any, dict[str, Any]]:
     """`policy_loss` of one micro-batch, its (B, T) tensors padded to the whole minibatch's span T."""
     import torch
-    import torch.nn.functional as F
 
     from trace_rl.advantages.losses import policy_loss
 
-    span = max(len(r.token_ids) for r in batch)
     device = next(model.parameters()).device
     mask = _pad([r.loss_mask for r in micro], span, torch.float32).to(device)
     old = _pad([r.logprobs for r in micro], span, torch.float32).to(device)
     adv = _pad([r.advantages for r in micro], span, torch.float32).to(device)
-    new = sequence_logprobs(model, micro, settings.temperature, pad_id)
-    new = F.pad(new, (0, span - new.shape[1]))
+    new = sequence_logprobs(model, micro, settings.temperature, pad_id, span)
     ref = None
     if settings.kl_coef > 0 and ref_model is not None:
         with torch.no_grad():
-            ref = sequence_logprobs(ref_model, micro, settings.temperature, pad_id)
-        ref = F.pad(ref, (0, span - ref.shape[1]))
+            ref = sequence_logprobs(ref_model, micro, settings.temperature, pad_id, span)
     return policy_loss(
         new,
         old,
@@ -200,10 +207,11 @@ def policy_update(
         order = rng.permutation(len(rows))
         for start in range(0, len(rows), settings.minibatch):
             batch = [rows[int(i)] for i in order[start : start + settings.minibatch]]
+            span = max(len(r.token_ids) for r in batch)
             optimizer.zero_grad(set_to_none=True)
             step_stats: dict[str, float] = {}
             for micro, scale, token_share in micro_batches(batch, settings):
-                loss, info = _micro_loss(model, micro, batch, settings, pad_id, ref_model)
+                loss, info = _micro_loss(model, micro, span, settings, pad_id, ref_model)
                 (loss * scale).backward()  # gradients accumulate to those of the whole minibatch's loss
                 for key, value in {"loss": loss.detach(), **info}.items():
                     weight = token_share if key in TOKEN_STATS else scale
