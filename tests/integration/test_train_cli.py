@@ -268,6 +268,7 @@ def test_trace_fresh_with_a_probe_warmed_convex_predictor(tmp_path) -> None:
     assert [r["allocation"] for r in recs] == ["trace_fresh", "trace_fresh"]
     for r in recs:
         assert r["predictor_warm"] == 1.0 and r["fresh_rollouts"] >= 0 and "replay_flip_rate" in r
+        assert r["fresh_rollouts_on_mixed"] == 0
         if r["replays"]:
             assert 0 <= r["replay_flip_rate"] <= 1 and "replay_flip_rate_depth_1" in r
         assert r["budget_spent"] <= r["budget_total"] + 1e-9

@@ -68,3 +68,99 @@ def test_replay_flips_next_to_fresh_flips_of_the_same_prompts() -> None:
     assert out["fresh_flip_rate"] == out["fresh_flip_rate_depth_1"] == pytest.approx(0.75)
     empty = replay_flips([SimpleNamespace(tree=three_roots(), roots=roots, replays=[])])  # type: ignore[list-item]
     assert np.isnan(empty["replay_flip_rate"]) and np.isnan(empty["fresh_flip_rate"])
+
+
+def _scripted_plan(root_rewards: dict[str, list[float]], k0: int):  # type: ignore[no-untyped-def]
+    """run_plan over prompts whose i-th root rollout (in reset order) ends with root_rewards[prompt][i]; the
+    strategy puts ``k0`` fresh rollouts on the depth-0 anchor whenever it is offered. Returns (results, offers)."""
+    import asyncio
+
+    from trace_rl.rollout.backends import Completion, SamplingParams
+    from trace_rl.rollout.scheduler import run_plan
+    from trace_rl.types import RootPlan, Task
+
+    started: dict[str, int] = {}
+
+    class Env:  # two turns; the reward is scripted per prompt and per episode (fresh rollouts fail)
+        def reset(self, task):  # type: ignore[no-untyped-def]
+            i = started.get(task.id, 0)
+            started[task.id] = i + 1
+            rewards = root_rewards[task.id]
+            self.reward, self.turn = (rewards[i] if i < len(rewards) else 0.0), 0
+            return task.prompt
+
+        def step(self, text):  # type: ignore[no-untyped-def]
+            from trace_rl.rollout.toy_env import StepResult
+
+            self.turn += 1
+            return StepResult("obs", self.reward if self.turn >= 2 else 0.0, self.turn >= 2, {})
+
+        def snapshot(self):  # type: ignore[no-untyped-def]
+            return (self.turn, self.reward)
+
+        def restore(self, state):  # type: ignore[no-untyped-def]
+            self.turn, self.reward = state
+
+    class Backend:
+        async def generate(self, prompt_token_ids, sampling, n=1):  # type: ignore[no-untyped-def]
+            return [Completion(np.asarray([5], np.int64), np.asarray([-1.0], np.float32), "stop")]
+
+    class Codec:
+        end_of_turn = 0
+
+        def prompt_ids(self, first, tools):  # type: ignore[no-untyped-def]
+            return [1]
+
+        def observation_ids(self, obs):  # type: ignore[no-untyped-def]
+            return [9]
+
+        def turn_text(self, ids, stop_ids=()):  # type: ignore[no-untyped-def]
+            return "t"
+
+    offers: dict[str, bool] = {}
+
+    def strategy(task, tree, anchors, points, budget):  # type: ignore[no-untyped-def]
+        k = np.zeros(len(anchors), np.int64)
+        offers[task.id] = bool(anchors) and anchors[0].node == 0
+        if offers[task.id]:
+            k[0] = k0
+        return k
+
+    tasks = [Task(id=name, env="x", prompt=name) for name in root_rewards]
+    counts = [len(r) for r in root_rewards.values()]
+    plan = RootPlan(np.asarray(counts, np.int64), np.full(len(counts), 8.0), "test")
+    results = asyncio.run(
+        run_plan(
+            plan, tasks, Backend(), Env, Codec(), SamplingParams(), strategy, max_turns=2, fresh_anchor=True
+        )
+    )
+    return results, offers
+
+
+def test_fresh_rollouts_never_go_to_a_prompt_whose_roots_are_mixed() -> None:
+    """A prompt with 2 of 4 roots solved is already mixed: a fresh rollout adds no tree-level contrast, so the
+    depth-0 anchor is not offered and ``fresh_rollouts_on_mixed`` stays 0; unanimous prompts keep it."""
+    from trace_rl.train.step import fresh_rollouts_on_mixed
+
+    roots = {"mixed": [1.0, 0.0, 1.0, 0.0], "all_failed": [0.0] * 4, "all_solved": [1.0] * 4}
+    results, offers = _scripted_plan(roots, k0=2)
+    assert offers == {"mixed": False, "all_failed": True, "all_solved": True}
+    fresh = {r.task.id: r.fresh for r in results}
+    assert fresh == {"mixed": 0, "all_failed": 2, "all_solved": 2}
+    assert fresh_rollouts_on_mixed(results) == 0
+
+
+def test_fresh_rollouts_on_mixed_counts_what_a_scheduler_bought_for_mixed_prompts() -> None:
+    """The step-record field reads the results, not the scheduler's rule: fresh roots bought after mixed planned
+    roots count, fresh roots that made a unanimous prompt mixed do not."""
+    from types import SimpleNamespace
+
+    from trace_rl.train.step import fresh_rollouts_on_mixed
+
+    def result(rewards: list[float], fresh: int) -> SimpleNamespace:
+        return SimpleNamespace(roots=[SimpleNamespace(reward=r) for r in rewards], fresh=fresh)
+
+    on_mixed = result([1.0, 0.0, 1.0, 1.0], fresh=2)  # planned roots 1, 0: mixed before the fresh ones
+    on_unanimous = result([0.0, 0.0, 1.0], fresh=1)  # the fresh rollout made it mixed
+    no_fresh = result([1.0, 0.0], fresh=0)
+    assert fresh_rollouts_on_mixed([on_mixed, on_unanimous, no_fresh]) == 2  # type: ignore[list-item]

@@ -9,7 +9,8 @@ one rollout tree per active prompt with budget and token accounting (DESIGN.md s
 
 With ``fresh_anchor=True`` the prompt itself is offered to the strategy as the first anchor (node 0, depth 0,
 reward = the majority outcome of its roots, no save point): a "replay" from it is a fresh rollout, added to the
-tree as one more root rollout and charged 1 rollout-equivalent.
+tree as one more root rollout and charged 1 rollout-equivalent. It is offered only while the prompt's roots all
+share one reward: once they are mixed the tree already has its contrast, and a fresh rollout adds none.
 
 The scheduler takes the strategy as an argument; it imports no allocation rule of its own.
 """
@@ -28,7 +29,7 @@ import numpy.typing as npt
 
 from trace_rl.rollout.agent import ChatCodec, EnvLike, Episode, SavePoint, run_episode
 from trace_rl.rollout.backends import GenerationBackend, SamplingParams
-from trace_rl.tree import RolloutTree
+from trace_rl.tree import REWARD_ATOL, RolloutTree
 from trace_rl.types import Anchor, RootPlan, Task
 
 
@@ -63,6 +64,12 @@ def no_replays(
 ) -> npt.NDArray[np.int64]:
     """No prefix expansion (GRPO, PCL, root-only baselines)."""
     return np.zeros(len(anchors), np.int64)
+
+
+def roots_mixed(roots: Sequence[Episode]) -> bool:
+    """True when the rollouts' rewards are not all equal (within ``REWARD_ATOL``, as `RolloutTree.mixed`)."""
+    rewards = [float(e.reward) for e in roots]
+    return bool(rewards) and max(rewards) - min(rewards) > REWARD_ATOL
 
 
 @dataclass
@@ -117,7 +124,8 @@ async def run_plan(
         strategy: prefix allocation callback, called once per prompt as soon as its roots return.
         max_concurrency: episodes in flight at once over all prompts (>= 1).
         replay_cost: rollout-equivalents charged per replay (paper: 0.5).
-        fresh_anchor: offer the prompt as a depth-0 anchor whose replays are fresh rollouts (module doc).
+        fresh_anchor: offer the prompt as a depth-0 anchor whose replays are fresh rollouts, when its roots are
+            not mixed (module doc).
 
     Raises:
         ValueError: plan and pool sizes differ, bad concurrency, or a strategy returning a bad allocation
@@ -151,7 +159,7 @@ async def run_plan(
                 save_of[int(node)] = sp
         anchors = [a for a in tree.anchors() if a.node in save_of]
         points: list[SavePoint | None] = [save_of[a.node] for a in anchors]
-        if fresh_anchor and roots:
+        if fresh_anchor and roots and not roots_mixed(roots):
             wins = sum(float(e.reward) >= 0.5 for e in roots)
             anchors.insert(0, Anchor(node=0, depth=0, reward=float(2 * wins >= len(roots))))
             points.insert(0, None)

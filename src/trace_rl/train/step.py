@@ -34,7 +34,7 @@ from trace_rl.metrics import effective_ratio, replay_depth_histogram
 from trace_rl.predictor import posterior_mean
 from trace_rl.predictor.examples import leaf_counts, node_examples
 from trace_rl.predictor.serialize import serialize_anchor
-from trace_rl.rollout.scheduler import PromptResult, run_plan
+from trace_rl.rollout.scheduler import PromptResult, roots_mixed, run_plan
 from trace_rl.tree import RolloutTree
 from trace_rl.types import Anchor, RootPlan, Task
 
@@ -301,6 +301,7 @@ def training_step(
         "root_rollouts": len(roots),
         "replays": len(replays),
         "fresh_rollouts": sum(r.fresh for r in results),
+        "fresh_rollouts_on_mixed": fresh_rollouts_on_mixed(results),
         "replay_depths": [int(x) for x in hist],
         "rollouts_per_active_prompt": (len(roots) + len(replays)) / max(plan.num_active, 1),
         "turns_per_rollout": float(np.mean([len(e.turns) for e in roots])) if roots else 0.0,
@@ -323,6 +324,16 @@ def training_step(
     if depths:
         record["replay_depth_histogram"] = replay_depth_histogram(trees).tolist() if trees else []
     return record, results
+
+
+def fresh_rollouts_on_mixed(results: Sequence[PromptResult]) -> int:
+    """Fresh rollouts (``trace_fresh``'s depth-0 anchor) bought for prompts whose root rollouts were already mixed.
+
+    A fresh rollout adds tree-level contrast only to a prompt whose roots all share one reward; the scheduler
+    offers the depth-0 anchor only then, so this count stays 0 (docs/allocation.md). It is computed from the
+    results, independently of the scheduler: the first ``len(roots) - fresh`` roots are the planned ones.
+    """
+    return sum(r.fresh for r in results if r.fresh and roots_mixed(r.roots[: len(r.roots) - r.fresh]))
 
 
 def replay_flips(results: Sequence[PromptResult]) -> dict[str, float]:
