@@ -3,4 +3,6 @@ imports heavy optional packages). Each lives in its own subpackage and imports i
 
 - `trace_rl.integrations.verl`: root allocation, turn-prefix replays and tree advantages inside verl
   (docs/integrations.md; needs the `.venv-verl` environment of `make verl`).
+- `trace_rl.integrations.trl`: a rollout worker for TRL's AsyncGRPOTrainer and a rollout_func for its
+  GRPOTrainer (docs/integrations.md; needs the `.venv-trl` environment of `make trl`).
 """
