@@ -128,6 +128,18 @@ def test_compare_and_report(tmp_path) -> None:
         assert {"effective_ratio", "success_rate", "eval_accuracy", "budget_spent"} <= set(row)
         assert row["budget_spent"] <= data["budget_total"] + 1e-9
     assert "grpo" in (out / "report.html").read_text()
+    # learning curves and cost as generated (issue 22): per run from its log, in comparison.json and curves.json
+    for row in data["methods"].values():
+        run0 = row["runs"][0]
+        assert {"final_accuracy", "auc", "rollouts_to_baseline_final", "tokens_generated_total"} <= set(run0)
+        assert run0["budget_spent_total"] == pytest.approx(run0["budget_spent"] * run0["steps"])
+        assert run0["rollouts_generated_total"] >= 1 and run0["tool_calls_total"] >= 0
+    assert data["curves"]["baseline"] == "grpo" and "grpo-trace" not in data["paired"]
+    assert data["methods"]["grpo"]["rollouts_to_baseline_final_reached"] == 1  # GRPO reaches its own final
+    curves = json.loads((out / "curves.json").read_text())
+    assert curves["methods"]["trace"]["seeds"][0]["step"] == [0, 1]
+    assert "final=" in res.stdout and "tool_calls=" in res.stdout
+    assert "accuracy_vs_rollouts.png" in (out / "report.html").read_text()
 
     # the same compare again: its finished runs are read back, not set up and resumed (no model load, no
     # embeddings, metrics untouched), and the numbers are the same

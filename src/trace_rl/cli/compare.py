@@ -66,5 +66,48 @@ def run(args: argparse.Namespace) -> int:
                 f"{pair:24s} effective_ratio difference {er['mean']:+.3f} "
                 f"[{er['ci_low']:+.3f}, {er['ci_high']:+.3f}] (95% t-interval over {int(er['n'])} paired seeds)"
             )
+    for line in curve_lines(result):
+        print(line)
     print(f"comparison: {args.out}/comparison.json  report: {write_report(args.out)}")
     return 0
+
+
+def _fmt(x: object, spec: str) -> str:
+    return format(x, spec) if isinstance(x, int | float) else "-"
+
+
+def curve_lines(result: dict[str, Any]) -> list[str]:
+    """The learning-curve and cost table of a comparison.json (trace_rl.metrics.curves), as printed lines."""
+    info = result.get("curves") or {}
+    baseline, span = info.get("baseline", "?"), info.get("auc_range") or {}
+    lines = [
+        f"learning curves (baseline {baseline}): final = mean of the last two held-out evaluations; auc = mean "
+        f"pass@1 over generated rollouts {_fmt(span.get('low'), ',.0f')}..{_fmt(span.get('high'), ',.0f')}; "
+        f"reach = generated rollouts to {baseline}'s final pass@1 (same seed); cost per step / total"
+    ]
+    for name, row in result["methods"].items():
+        reached = f"{row.get('rollouts_to_baseline_final_reached', 0)}/{row.get('seeds', '?')} seeds"
+        lines.append(
+            f"{name:18s} final={_fmt(row.get('final_accuracy'), '.3f')} auc={_fmt(row.get('auc'), '.3f')} "
+            f"reach={_fmt(row.get('rollouts_to_baseline_final'), ',.0f')} ({reached}) "
+            f"rollouts={_fmt(row.get('rollouts_generated'), ',.1f')}/{_fmt(row.get('rollouts_generated_total'), ',.0f')} "
+            f"rollout_eq={_fmt(row.get('budget_spent'), ',.1f')}/{_fmt(row.get('budget_spent_total'), ',.0f')} "
+            f"tokens={_fmt(row.get('tokens_generated'), ',.0f')}/{_fmt(row.get('tokens_generated_total'), ',.0f')} "
+            f"tool_calls={_fmt(row.get('tool_calls'), ',.1f')}/{_fmt(row.get('tool_calls_total'), ',.0f')}"
+        )
+    for pair, rows in result.get("paired", {}).items():
+        bits = []
+        for key, label, spec in (
+            ("final_accuracy", "final", "+.3f"),
+            ("auc", "auc", "+.3f"),
+            ("rollouts_to_baseline_final", "reach", "+,.0f"),
+        ):
+            d = rows.get(key)
+            if d is not None:
+                bits.append(
+                    f"{label} {_fmt(d['mean'], spec)} [{_fmt(d['ci_low'], spec)}, {_fmt(d['ci_high'], spec)}] "
+                    f"(n={int(d['n'])})"
+                )
+        if bits:
+            lines.append(f"{pair:24s} " + "; ".join(bits) + " (paired 95% t-intervals)")
+    return lines

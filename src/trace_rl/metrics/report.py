@@ -20,6 +20,16 @@ from typing import Any
 
 import numpy as np
 
+from trace_rl.metrics.curves import (
+    LearningCurve,
+    band,
+    common_range,
+    curve_summaries,
+    grid_for,
+    learning_curve,
+    paired_interval,
+    run_cost,
+)
 from trace_rl.metrics.summary import (
     TIME_KEYS,
     TIME_PARTS,
@@ -241,6 +251,55 @@ def _calibration_plot(path: Path, runs: Runs) -> bool:
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=8)
+    return _finish(plt, fig, path, drawn)
+
+
+AXIS_LABELS = {
+    "rollouts": "generated rollouts (cumulative, discarded ones included)",
+    "tokens": "generated tokens (cumulative)",
+}
+
+
+def _curves(runs: Runs) -> dict[str, list[LearningCurve]]:
+    return {label: [learning_curve(recs) for recs in seeds] for label, seeds in runs.items()}
+
+
+def _learning_curve_plot(
+    path: Path, title: str, curves: Mapping[str, Sequence[LearningCurve]], axis: str
+) -> bool:
+    """Held-out pass@1 against the cumulative spend on ``axis``: per method the mean over seeds on a shared grid
+    with its pointwise 95 % t-band, and each seed's evaluations as faint points; on the rollouts axis a dotted
+    line where the range every run covers (the AUC's) ends."""
+    everything = [c for seeds in curves.values() for c in seeds]
+    grid = grid_for(everything, axis)
+    if grid.size == 0:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    drawn = False
+    for label, seeds in curves.items():
+        b = band(seeds, grid, axis)
+        if not np.isfinite(b.mean).any():
+            continue
+        name = f"{label} (mean of {b.seeds} seeds, 95 % band)" if b.seeds > 1 else label
+        (line,) = ax.plot(b.grid, b.mean, label=name)
+        if b.seeds > 1:
+            ax.fill_between(b.grid, b.low, b.high, color=line.get_color(), alpha=0.18, linewidth=0)
+        for c in seeds:
+            ax.scatter(c.axis(axis), c.accuracy, s=8, color=line.get_color(), alpha=0.45, linewidths=0)
+        drawn = True
+    if axis == "rollouts":
+        high = common_range(everything, axis)[1]
+        if np.isfinite(high):
+            ax.axvline(
+                high, color="0.4", linestyle=":", linewidth=1, label="AUC range ends (every run covers it)"
+            )
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(AXIS_LABELS.get(axis, axis))
+    ax.set_ylabel("held-out pass@1")
+    ax.grid(alpha=0.3)
+    if drawn:
+        ax.legend(fontsize=8)
     return _finish(plt, fig, path, drawn)
 
 
@@ -510,6 +569,129 @@ def _compare_table(comparison: Mapping[str, Any]) -> str:
     return f"<table data-role='compare-table'>{head}{''.join(body)}</table><p class='sub'>{_e(note)}</p>"
 
 
+def _signed(x: float) -> str:
+    return ("+" if x >= 0 else "") + fmt_number(x)
+
+
+def _paired_cell(values: Sequence[float], base: Sequence[float], share: bool) -> str:
+    """Mean per-seed difference against the baseline and its 95 % paired t-interval: '+3.1 [+0.5, +5.7] pts'."""
+    mu, half, n = paired_interval(values, base)
+    if n == 0:
+        return "–"
+    fmt = (lambda x: f"{100 * x:+.1f}") if share else _signed
+    unit = " pts" if share else ""
+    if np.isnan(half):
+        return _e(f"{fmt(mu)}{unit} (1 seed)")
+    return _e(f"{fmt(mu)} [{fmt(mu - half)}, {fmt(mu + half)}]{unit}") + (
+        f" <span class='pm'>{n} seeds</span>" if n < min(len(values), len(base)) else ""
+    )
+
+
+COST_COLUMNS = (  # (key of run_cost, header)
+    ("steps", "steps"),
+    ("rollouts_generated", "generated rollouts / step"),
+    ("rollouts_generated_total", "generated rollouts, total"),
+    ("budget_spent", "rollout-eq. / step"),
+    ("budget_spent_total", "rollout-eq., total"),
+    ("tokens_generated", "tokens / step"),
+    ("tokens_generated_total", "tokens, total"),
+    ("tool_calls", "tool calls / step"),
+    ("tool_calls_total", "tool calls, total"),
+)
+
+
+def _curve_tables(runs: Runs, curves: Mapping[str, Sequence[LearningCurve]]) -> str:
+    """Final accuracy, AUC and rollouts to the baseline's final accuracy with paired intervals, then the cost as
+    generated; the baseline is the first method (compare's first --methods entry)."""
+    labels = list(curves)
+    if not labels or not any(c.step.size for seeds in curves.values() for c in seeds):
+        return ""
+    baseline = labels[0]
+    summaries = curve_summaries(curves, baseline)
+    low, high = common_range([c for seeds in curves.values() for c in seeds])
+
+    def column(label: str, key: str) -> list[float]:
+        return [row[key] for row in summaries[label]]
+
+    head = (
+        "<tr><th>method</th><th>seeds</th><th>final pass@1</th>"
+        f"<th>final pass@1 − {_e(baseline)}</th><th>AUC</th><th>AUC − {_e(baseline)}</th>"
+        f"<th>rollouts to {_e(baseline)}'s final pass@1</th><th>share of {_e(baseline)}'s rollouts</th>"
+        f"<th>rollouts to it − {_e(baseline)}</th></tr>"
+    )
+    body = []
+    for label in labels:
+        k = len(curves[label])
+        reach = column(label, "rollouts_to_baseline_final")
+        reached = [x for x in reach if np.isfinite(x)]
+        if reached:
+            reach_text = _cell(reached, False, False)[0]
+            share_text = _cell(
+                [x for x in column(label, "rollouts_to_baseline_final_share") if np.isfinite(x)], True, False
+            )[0]
+            if len(reached) < k:
+                reach_text += f" <span class='pm'>reached in {len(reached)} of {k} seeds</span>"
+        else:
+            reach_text, share_text = "not reached", "–"
+        cells = [
+            _cell(column(label, "final_accuracy"), True, False)[0],
+            "baseline"
+            if label == baseline
+            else _paired_cell(column(label, "final_accuracy"), column(baseline, "final_accuracy"), True),
+            _cell(column(label, "auc"), True, False)[0],
+            "baseline"
+            if label == baseline
+            else _paired_cell(column(label, "auc"), column(baseline, "auc"), True),
+            reach_text,
+            share_text,
+            "baseline"
+            if label == baseline
+            else _paired_cell(reach, column(baseline, "rollouts_to_baseline_final"), False),
+        ]
+        body.append(
+            f"<tr data-row='{_e(label)}'><td>{_e(label)}</td><td>{k}</td>"
+            + "".join(f"<td>{c}</td>" for c in cells)
+            + "</tr>"
+        )
+    note = (
+        "Final pass@1: mean of each run's last two held-out evaluations after step 0. AUC: mean pass@1 over the "
+        f"generated-rollout range every run covers ({fmt_number(low)} to {fmt_number(high)} rollouts; the area "
+        "under the piecewise-linear curve divided by the range). Rollouts to the baseline's final pass@1: where a "
+        "run's curve first reaches the final pass@1 of the baseline's run with the same seed (linear between "
+        "evaluations); its share divides by that baseline run's generated rollouts. Mean over seeds ± 95 % "
+        "Student-t half-width; differences are paired by seed: mean [95 % t-interval]."
+    )
+    out = (
+        f"<h2>Learning curves at equal generated budget (baseline {_e(baseline)})</h2>"
+        f"<table data-role='curve-table'>{head}{''.join(body)}</table><p class='sub'>{_e(note)}</p>"
+    )
+    costs = {label: [run_cost(recs) for recs in seeds] for label, seeds in runs.items() if label in curves}
+    head = "<tr><th>method</th>" + "".join(f"<th>{_e(h)}</th>" for _, h in COST_COLUMNS) + "</tr>"
+    body = []
+    fallback = False
+    for label, rows in costs.items():
+        stand_in = any(r.get("rollouts_generated_logged") == 0.0 for r in rows if r.get("steps"))
+        fallback |= stand_in
+        tds = []
+        for key, _ in COST_COLUMNS:
+            values = [r[key] for r in rows if key in r]
+            text = _cell(values, False, False)[0] if values else "–"
+            tds.append(text + ("*" if stand_in and key.startswith("rollouts_generated") and values else ""))
+        body.append(
+            f"<tr data-row='{_e(label)}'><td>{_e(label)}</td>"
+            + "".join(f"<td>{t}</td>" for t in tds)
+            + "</tr>"
+        )
+    note = "Cost as generated: mean over seeds ± 95 % Student-t half-width of each run's mean per step and total."
+    if fallback:
+        note += " *: some steps did not log rollouts_generated; their budget_spent stands in."
+    out += (
+        f"<h2>Cost as generated</h2><table data-role='cost-table'>{head}{''.join(body)}</table>"
+        f"<p class='sub'>{_e(note)}</p>"
+    )
+    return out
+
+
 def _sft_of(root: Path) -> dict[str, Any] | None:
     path = next(
         (p for p in (root / "sft" / "sft.json", root / "warm_start" / "sft" / "sft.json") if p.exists()), None
@@ -563,6 +745,11 @@ def write_report(folder: str | Path) -> Path:
             "train",
         ),
     ]
+    curves = _curves(runs)
+    for axis, name in (("rollouts", "accuracy_vs_rollouts.png"), ("tokens", "accuracy_vs_tokens.png")):
+        title = f"{_eval_title(runs)} vs {AXIS_LABELS[axis].split(' (')[0]}"
+        if _learning_curve_plot(img / name, title, curves, axis):
+            figures.append((name, title))
     for name, title, key, kind in plots:
         if _line_plot(img / name, title, runs, key, kind):
             figures.append((name, title))
@@ -588,6 +775,7 @@ def write_report(folder: str | Path) -> Path:
             f"{seeds} seeds each"
         )
         summary = "<h2>Methods at equal budget</h2>" + _compare_table(comparison)
+        summary += _curve_tables(runs, curves)
         shares = {label: time_shares(train_records(recs)) for label, recs in _pooled(runs).items()}
         if any(shares.values()):
             summary += _time_table({label: share for label, share in shares.items() if share})

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from trace_rl.lab.stats import mean_ci
+from trace_rl.metrics.curves import curves_document, learning_curve, run_cost
 from trace_rl.train.checkpoint import completed_step
 from trace_rl.train.config import ConfigError, TrainConfig, budget_shape, validate, with_overrides
 from trace_rl.train.run import Trainer, check_same_config, read_metrics, summarize, train
@@ -33,10 +34,36 @@ METRICS = (
     "active_prompts",
     "replays",
     "wall_s",
+    # learning curves (trace_rl.metrics.curves): None where not defined (e.g. the baseline's accuracy not reached)
+    "final_accuracy",
+    "auc",
+    "rollouts_to_baseline_final",
+    "rollouts_to_baseline_final_share",
+    # cost as generated, per step and in total (trace_rl.metrics.curves.run_cost)
+    "steps",
+    "rollouts_generated",
+    "rollouts_generated_total",
+    "budget_spent_total",
+    "tokens_generated",
+    "tokens_generated_total",
+    "tool_calls",
+    "tool_calls_total",
 )
 
 
-PAIRED_METRICS = ("effective_ratio", "success_rate", "eval_accuracy")
+PAIRED_METRICS = (
+    "effective_ratio",
+    "success_rate",
+    "eval_accuracy",
+    "final_accuracy",
+    "auc",
+    "rollouts_to_baseline_final",
+    "rollouts_to_baseline_final_share",
+)
+
+
+def _finite(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and bool(np.isfinite(x))
 
 
 def paired_differences(
@@ -46,7 +73,9 @@ def paired_differences(
 
     Runs with the same seed are paired: they start from the same policy and draw the same candidate pools in
     the same order (the data cursor is seeded by the run's seed). Metrics are each run's mean over its steps
-    (``eval_accuracy``: its last evaluation). With one seed the interval collapses to the difference.
+    (``eval_accuracy``: its last evaluation; the learning-curve numbers: `trace_rl.metrics.curves`). Seeds where
+    either value is missing or None (not defined, e.g. the baseline's final accuracy not reached) are left out;
+    ``n`` says how many pairs remain. With one pair the interval collapses to the difference.
     """
     out: dict[str, dict[str, dict[str, float]]] = {}
     base_runs = per_method[baseline]["runs"]
@@ -58,7 +87,7 @@ def paired_differences(
             diffs = [
                 per_method[method]["runs"][s][metric] - base_runs[s][metric]
                 for s in range(seeds)
-                if metric in per_method[method]["runs"][s] and metric in base_runs[s]
+                if _finite(per_method[method]["runs"][s].get(metric)) and _finite(base_runs[s].get(metric))
             ]
             if diffs:
                 rows[metric] = mean_ci(diffs).as_dict()
@@ -175,7 +204,7 @@ def compare(
             run_cfg = with_overrides(replace(base, method=method, seed=seed), overrides)
             validate(run_cfg)
             plan.append((label, seed, run_cfg, root / label / f"seed_{seed}"))
-    summaries: dict[tuple[str, int], dict[str, float]] = {}
+    summaries: dict[tuple[str, int], dict[str, Any]] = {}
     if jobs == 1:
         for method, seed, run_cfg, run_dir in plan:
             log(f"== {method} seed {seed} -> {run_dir}")
@@ -211,6 +240,14 @@ def compare(
                     worker.terminate()
                 for worker in mp.active_children():
                     worker.join(timeout=30)
+    # learning curves and cost as generated, read back from every run's log (finished runs included)
+    logs = {(label, seed): read_metrics(run_dir / "metrics.jsonl") for label, seed, _, run_dir in plan}
+    curves = {label: [learning_curve(logs[label, seed]) for seed in range(seeds)] for label in labels}
+    document = curves_document(curves, labels[0])
+    for (label, seed), records in logs.items():
+        summaries[(label, seed)].update(run_cost(records))
+        summaries[(label, seed)].update(document["methods"][label]["summary"][seed])
+    (root / "curves.json").write_text(json.dumps(document, indent=2))
     per_method: dict[str, dict[str, Any]] = {}
     for label, method, overrides in variants:
         runs = [summaries[(label, seed)] for seed in range(seeds)]
@@ -219,7 +256,9 @@ def compare(
             row["overrides"] = list(overrides)
             row["budget_total"] = budget_shape(with_overrides(base, overrides)).total
         for metric in METRICS:
-            vals = [r[metric] for r in runs if metric in r]
+            vals = [r[metric] for r in runs if _finite(r.get(metric))]
+            if metric == "rollouts_to_baseline_final":
+                row["rollouts_to_baseline_final_reached"] = len(vals)  # seeds; the mean is over these
             if vals:
                 row[metric] = float(np.mean(vals))
                 row[f"{metric}_std"] = float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
@@ -230,6 +269,7 @@ def compare(
         "budget_total": budget_shape(cfg).total,
         "methods": per_method,
         "paired": paired_differences(per_method, labels, seeds, baseline=labels[0]),
+        "curves": {"file": "curves.json", "baseline": labels[0], "auc_range": document["auc_range"]},
         "config": base.to_dict(),
     }
     (root / "comparison.json").write_text(json.dumps(result, indent=2))

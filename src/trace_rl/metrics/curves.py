@@ -1,0 +1,387 @@
+"""Learning curves: held-out pass@1 against the compute generated so far, and their summaries (numpy only).
+
+    learning_curve(records)                   -> LearningCurve   one run: accuracy at each evaluation and the
+                                                                 cumulative spend up to and including its step
+    final_accuracy(curve)                     -> 0.412           mean of the last two evaluations after step 0
+    area_under_curve(x, y, low, high)         -> 0.398           mean pass@1 over the budget range [low, high]
+    first_crossing(x, y, target)              -> 8,704.0         rollouts at which the curve first reaches target
+    common_range(curves)                      -> (0.0, 12,800.0) the budget range every run covers
+    band(curves, grid, axis)                  -> Band            mean over seeds and its 95 % t-interval on a grid
+    run_cost(records)                         -> {...}           generated rollouts, rollout-equivalents, tokens,
+                                                                 tool calls: per step and in total
+    curve_summaries(curves, baseline)         -> per method, per seed: final accuracy, AUC, rollouts to the
+                                                 baseline's final accuracy
+    paired_interval(values, baseline_values)  -> (mean, half-width, n) of the per-seed differences
+
+Definitions (docs/training.md, "Learning curves"):
+
+- The spend axes are cumulative sums over the run's training records with ``step <= s`` for the evaluation at
+  step s (the evaluation at step 0, before RL, sits at 0):
+  ``rollouts``: rollouts generated, discarded ones included (the step record's ``rollouts_generated``; a record
+  without that field counts its ``budget_spent`` instead); ``rollout_equivalents``: ``budget_spent`` (a root
+  rollout costs 1, a replay ``budget.replay_cost``); ``tokens``: ``tokens_generated``; ``tool_calls``.
+- Curves are piecewise linear between consecutive evaluations (``numpy.interp``) and never extrapolated: a run
+  covers the range from its first to its last evaluation.
+- Final accuracy: the mean of the last two evaluations after RL started (step > 0); the one evaluation if there
+  is only one; NaN if there is none.
+- AUC: ``(1 / (high - low)) * integral_low^high acc(x) dx`` on the rollouts axis, over the range every run of the
+  comparison covers (``common_range``), i.e. the mean pass@1 over that budget range, in [0, 1]; the trapezoid rule
+  is exact for the piecewise-linear curve.
+- Rollouts to the baseline's final accuracy: the first x at which the run's curve reaches the final accuracy of
+  the baseline's run with the same seed (runs with one seed start from one policy and draw the same candidate
+  pools), linearly interpolated between the two evaluations around the crossing; NaN (not reached) if it never
+  does. Its ``_share`` divides by the baseline run's rollouts at its last evaluation.
+- Intervals: two-sided 95 % Student-t over seeds (``trace_rl.metrics.summary.t_interval``); paired ones on the
+  per-seed differences against the baseline, over the seeds where both values are finite.
+
+The records are the lines of a run's metrics.jsonl (DESIGN.md: metrics are pure functions of records).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trace_rl.metrics.summary import eval_records, t_interval, train_records
+
+Record = Mapping[str, Any]
+
+AXES = ("rollouts", "rollout_equivalents", "tokens", "tool_calls")
+AXIS_FIELDS = {  # axis -> the step-record field summed along it
+    "rollouts": "rollouts_generated",
+    "rollout_equivalents": "budget_spent",
+    "tokens": "tokens_generated",
+    "tool_calls": "tool_calls",
+}
+SUMMARY_KEYS = ("final_accuracy", "auc", "rollouts_to_baseline_final", "rollouts_to_baseline_final_share")
+
+
+@dataclass(frozen=True)
+class LearningCurve:
+    """One run's held-out pass@1 at each evaluation, against the spend up to and including that step.
+
+    ``rollouts_logged`` is False when some training record lacked ``rollouts_generated`` (budget_spent stood in).
+    """
+
+    step: np.ndarray  # (E,) int64, ascending evaluation steps
+    accuracy: np.ndarray  # (E,) held-out pass@1 in [0, 1]
+    rollouts: np.ndarray  # (E,) cumulative generated rollouts
+    rollout_equivalents: np.ndarray  # (E,) cumulative budget_spent
+    tokens: np.ndarray  # (E,) cumulative generated tokens (NaN where a record lacked tokens_generated)
+    tool_calls: np.ndarray  # (E,) cumulative tool calls (NaN likewise)
+    rollouts_logged: bool = True
+
+    def axis(self, name: str) -> np.ndarray:
+        """The spend along one of ``AXES``.
+
+        Raises:
+            ValueError: an unknown axis name.
+        """
+        if name not in AXES:
+            raise ValueError(f"unknown learning-curve axis {name!r}; expected one of {', '.join(AXES)}")
+        return np.asarray(getattr(self, name))
+
+
+def _number(x: object) -> float:
+    """A logged value as a float; NaN for a missing or non-numeric one."""
+    if isinstance(x, int | float) and not isinstance(x, bool):
+        return float(x)
+    return math.nan
+
+
+def learning_curve(records: Sequence[Record]) -> LearningCurve:
+    """One run's learning curve from its metrics.jsonl records.
+
+    For the evaluation at step s: ``accuracy = eval_accuracy`` and, on every axis, the sum of the training
+    records' field over ``step <= s`` (``rollouts``: ``rollouts_generated``, else that record's ``budget_spent``).
+    Evaluations without a finite ``eval_accuracy`` are left out; a step evaluated twice keeps its last record.
+
+    Raises:
+        ValueError: a training step logged twice (metrics.jsonl holds each step once; a resumed run drops the
+            redone steps' lines), so the spend would be counted twice.
+    """
+    train = sorted(train_records(records), key=lambda r: int(r.get("step", 0)))
+    steps = np.array([int(r.get("step", 0)) for r in train], dtype=np.int64)
+    if steps.size != np.unique(steps).size:
+        twice = sorted({int(s) for s in steps if (steps == s).sum() > 1})
+        raise ValueError(f"training step(s) {twice[:5]} logged more than once: the spend would count twice")
+    evals = {int(r.get("step", 0)): float(r["eval_accuracy"]) for r in eval_records(records)}
+    eval_steps = np.array(sorted(evals), dtype=np.int64)
+    upto = np.searchsorted(steps, eval_steps, side="right")  # training records with step <= s
+
+    def cumulative(values: list[float]) -> np.ndarray:
+        running = np.concatenate([[0.0], np.cumsum(np.asarray(values, dtype=np.float64))])
+        return running[upto]
+
+    rollouts = [
+        _number(r["rollouts_generated"]) if "rollouts_generated" in r else _number(r.get("budget_spent"))
+        for r in train
+    ]
+    return LearningCurve(
+        step=eval_steps,
+        accuracy=np.array([evals[s] for s in eval_steps.tolist()], dtype=np.float64),
+        rollouts=cumulative(rollouts),
+        rollout_equivalents=cumulative([_number(r.get("budget_spent")) for r in train]),
+        tokens=cumulative([_number(r.get("tokens_generated")) for r in train]),
+        tool_calls=cumulative([_number(r.get("tool_calls")) for r in train]),
+        rollouts_logged=all("rollouts_generated" in r for r in train),
+    )
+
+
+def final_accuracy(curve: LearningCurve) -> float:
+    """Mean held-out pass@1 of the last two evaluations after step 0 (the one, if only one; NaN if none).
+
+    Step 0 is the policy before RL, so it never enters a final accuracy.
+    """
+    after = curve.accuracy[curve.step > 0]
+    return float(after[-2:].mean()) if after.size else math.nan
+
+
+def area_under_curve(x: np.ndarray, y: np.ndarray, low: float, high: float) -> float:
+    """Normalised area under a piecewise-linear curve: ``(1 / (high - low)) * integral_low^high y(x) dx``.
+
+    Args:
+        x: (E,) non-decreasing positions of the points (cumulative spend); y: (E,) values there (pass@1).
+        low, high: the range; it must lie inside [x[0], x[-1]] (no extrapolation).
+
+    Returns:
+        The mean of y over [low, high] (pass@1 units); NaN when high <= low, the range is not covered or a
+        value in it is NaN.
+    """
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.size == 0 or not (high > low) or low < x[0] or high > x[-1]:
+        return math.nan
+    inside = (x > low) & (x < high)
+    xs = np.concatenate([[low], x[inside], [high]])
+    ys = np.concatenate([[np.interp(low, x, y)], y[inside], [np.interp(high, x, y)]])
+    area = float(np.sum(np.diff(xs) * (ys[1:] + ys[:-1]) / 2))
+    return area / (high - low)
+
+
+def first_crossing(x: np.ndarray, y: np.ndarray, target: float) -> float:
+    """The first x at which the piecewise-linear curve reaches ``target`` (y >= target); NaN if it never does.
+
+    With i the first point where y_i >= target: x_0 if i = 0, else
+    ``x_{i-1} + (target - y_{i-1}) / (y_i - y_{i-1}) * (x_i - x_{i-1})`` (y_{i-1} < target <= y_i).
+    """
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if not math.isfinite(target):
+        return math.nan
+    hit = np.flatnonzero(y >= target)
+    if hit.size == 0:
+        return math.nan
+    i = int(hit[0])
+    if i == 0:
+        return float(x[0])
+    x0, x1, y0, y1 = x[i - 1], x[i], y[i - 1], y[i]
+    return float(x0 + (target - y0) / (y1 - y0) * (x1 - x0))
+
+
+def common_range(curves: Sequence[LearningCurve], axis: str = "rollouts") -> tuple[float, float]:
+    """The range of ``axis`` that every curve covers: (max of the first points, min of the last points).
+
+    Curves without an evaluation are left out; (NaN, NaN) when none is left.
+    """
+    xs = [c.axis(axis) for c in curves if c.step.size]
+    if not xs:
+        return math.nan, math.nan
+    return max(float(x[0]) for x in xs), min(float(x[-1]) for x in xs)
+
+
+@dataclass(frozen=True)
+class Band:
+    """Mean over seeds of curves interpolated on a grid, with the pointwise 95 % Student-t interval.
+
+    Every array is (G,); NaN where a seed's curve does not cover the grid point (no extrapolation). ``low`` and
+    ``high`` equal ``mean`` with one seed.
+    """
+
+    grid: np.ndarray
+    mean: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    seeds: int
+
+
+def band(curves: Sequence[LearningCurve], grid: np.ndarray, axis: str = "rollouts") -> Band:
+    """Accuracy of each seed's curve at the grid points (linear interpolation between its evaluations, NaN
+    outside its first..last evaluation), then per point the mean over seeds +- t_{0.975, S-1} s / sqrt(S).
+
+    A grid point gets a value only where every seed covers it, so the mean never mixes different seed sets.
+    """
+    grid = np.asarray(grid, dtype=np.float64)
+    rows = []
+    for c in curves:
+        x = c.axis(axis)
+        if c.step.size == 0 or not np.isfinite(x).all():
+            rows.append(np.full(grid.shape, np.nan))
+            continue
+        covered = (grid >= x[0]) & (grid <= x[-1])
+        rows.append(np.where(covered, np.interp(grid, x, c.accuracy), np.nan))
+    values = np.array(rows).reshape(len(rows), grid.size)
+    mean = np.full(grid.shape, np.nan)
+    half = np.full(grid.shape, np.nan)
+    for j in range(grid.size):
+        column = values[:, j]
+        if column.size and np.isfinite(column).all():
+            mean[j], half[j] = t_interval(column.tolist())
+    half = np.where(np.isnan(half) & np.isfinite(mean), 0.0, half)  # one seed: the band is the line
+    return Band(grid=grid, mean=mean, low=mean - half, high=mean + half, seeds=len(curves))
+
+
+def run_cost(records: Sequence[Record]) -> dict[str, float]:
+    """What a run generated: per step (mean over its training records) and in total (``_total``).
+
+    Keys: ``steps``; ``rollouts_generated`` (each record's ``rollouts_generated``, else its ``budget_spent``),
+    ``budget_spent`` (rollout-equivalents), ``tokens_generated``, ``tool_calls``, each with its ``_total``. A
+    field some record lacks is left out (``rollouts_generated`` falls back instead); ``rollouts_generated_logged``
+    is 1.0 when every record logged it, else 0.0.
+    """
+    train = train_records(records)
+    out: dict[str, float] = {"steps": float(len(train))}
+    if not train:
+        return out
+    columns = {
+        "rollouts_generated": [
+            _number(r["rollouts_generated"]) if "rollouts_generated" in r else _number(r.get("budget_spent"))
+            for r in train
+        ],
+        "budget_spent": [_number(r.get("budget_spent")) for r in train],
+        "tokens_generated": [_number(r.get("tokens_generated")) for r in train],
+        "tool_calls": [_number(r.get("tool_calls")) for r in train],
+    }
+    for key, values in columns.items():
+        if all(math.isfinite(v) for v in values):
+            out[key] = float(np.mean(values))
+            out[f"{key}_total"] = float(np.sum(values))
+    out["rollouts_generated_logged"] = float(all("rollouts_generated" in r for r in train))
+    return out
+
+
+def curve_summaries(
+    curves: Mapping[str, Sequence[LearningCurve]], baseline: str, axis: str = "rollouts"
+) -> dict[str, list[dict[str, float]]]:
+    """Per method, per seed (list index = seed): ``final_accuracy``, ``auc`` (over ``common_range`` of ALL the
+    methods' runs), ``rollouts_to_baseline_final`` (first crossing of the baseline run of the same seed's final
+    accuracy; NaN if not reached or that run is missing) and ``rollouts_to_baseline_final_share`` (divided by
+    that baseline run's spend at its last evaluation). Definitions in the module docstring.
+
+    Raises:
+        ValueError: ``baseline`` is not among the methods.
+    """
+    if baseline not in curves:
+        raise ValueError(f"baseline {baseline!r} is not among the methods {', '.join(curves)}")
+    low, high = common_range([c for runs in curves.values() for c in runs], axis)
+    base = list(curves[baseline])
+    out: dict[str, list[dict[str, float]]] = {}
+    for label, runs in curves.items():
+        rows = []
+        for seed, c in enumerate(runs):
+            x = c.axis(axis)
+            target = final_accuracy(base[seed]) if seed < len(base) else math.nan
+            reach = first_crossing(x, c.accuracy, target) if c.step.size else math.nan
+            base_x = base[seed].axis(axis) if seed < len(base) and base[seed].step.size else np.zeros(0)
+            base_total = float(base_x[-1]) if base_x.size else math.nan
+            rows.append(
+                {
+                    "final_accuracy": final_accuracy(c),
+                    "auc": area_under_curve(x, c.accuracy, low, high),
+                    "rollouts_to_baseline_final": reach,
+                    "rollouts_to_baseline_final_share": reach / base_total if base_total > 0 else math.nan,
+                }
+            )
+        out[label] = rows
+    return out
+
+
+def paired_interval(values: Sequence[float], baseline_values: Sequence[float]) -> tuple[float, float, int]:
+    """Mean of the per-seed differences ``values[s] - baseline_values[s]`` with the half-width of its two-sided
+    95 % Student-t interval (``summary.t_interval``), over the seeds where both are finite: (mean, half, n).
+    half is NaN with fewer than two pairs; mean is NaN with none.
+    """
+    diffs = [
+        float(a) - float(b)
+        for a, b in zip(values, baseline_values, strict=False)
+        if math.isfinite(float(a)) and math.isfinite(float(b))
+    ]
+    mean, half = t_interval(diffs)
+    return mean, half, len(diffs)
+
+
+def grid_for(curves: Sequence[LearningCurve], axis: str = "rollouts", points: int = 101) -> np.ndarray:
+    """``points`` evenly spaced values from the smallest first to the largest last evaluation of ``axis`` over
+    the curves (the band of each method is NaN beyond what all its seeds cover); empty if none has a finite one.
+
+    Raises:
+        ValueError: points < 2.
+    """
+    if points < 2:
+        raise ValueError(f"a grid needs at least 2 points, got {points}")
+    xs = [c.axis(axis) for c in curves if c.step.size and np.isfinite(c.axis(axis)).all()]
+    if not xs:
+        return np.zeros(0)
+    return np.linspace(min(float(x[0]) for x in xs), max(float(x[-1]) for x in xs), points)
+
+
+def finite_or_none(value: float) -> float | None:
+    """A number for JSON: None stands for NaN/inf (strict JSON has no NaN; None reads as "not defined")."""
+    return float(value) if math.isfinite(float(value)) else None
+
+
+def _json_list(values: np.ndarray) -> list[float | None]:
+    return [finite_or_none(v) for v in np.asarray(values, dtype=np.float64).tolist()]
+
+
+def curves_document(
+    curves: Mapping[str, Sequence[LearningCurve]],
+    baseline: str,
+    *,
+    axes: Sequence[str] = ("rollouts", "tokens"),
+    points: int = 101,
+) -> dict[str, Any]:
+    """The content of a compare's curves.json (JSON-ready: NaN as None).
+
+    ``methods[label]["seeds"]``: each seed's points (``step``, ``eval_accuracy`` and the cumulative spend on
+    every axis of ``AXES``); ``methods[label]["bands"][axis]``: ``band`` on the grid shared by all methods for
+    that axis (``grid_for``); ``methods[label]["summary"]``: ``curve_summaries`` per seed; ``auc_range``: the
+    common rollouts range of the AUC.
+    """
+    everything = [c for runs in curves.values() for c in runs]
+    low, high = common_range(everything, "rollouts")
+    summaries = curve_summaries(curves, baseline)
+    grids = {axis: grid_for(everything, axis, points) for axis in axes}
+    methods: dict[str, Any] = {}
+    for label, runs in curves.items():
+        bands = {}
+        for axis in axes:
+            b = band(runs, grids[axis], axis)
+            bands[axis] = {
+                "grid": _json_list(b.grid),
+                "mean": _json_list(b.mean),
+                "low": _json_list(b.low),
+                "high": _json_list(b.high),
+            }
+        methods[label] = {
+            "seeds": [
+                {
+                    "step": c.step.tolist(),
+                    "eval_accuracy": _json_list(c.accuracy),
+                    **{axis: _json_list(c.axis(axis)) for axis in AXES},
+                    "rollouts_logged": c.rollouts_logged,
+                }
+                for c in runs
+            ],
+            "bands": bands,
+            "summary": [{k: finite_or_none(v) for k, v in row.items()} for row in summaries[label]],
+        }
+    return {
+        "baseline": baseline,
+        "auc_range": {"axis": "rollouts", "low": finite_or_none(low), "high": finite_or_none(high)},
+        "interpolation": "linear between consecutive evaluations, no extrapolation; band: pointwise mean over "
+        "seeds +- 95 % Student-t half-width, only where every seed covers the point",
+        "methods": methods,
+    }

@@ -1,0 +1,198 @@
+"""Learning curves (trace_rl.metrics.curves): hand-computed numbers for the curve, its summaries and the cost."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from trace_rl.metrics import curves as C
+
+
+def run_records(evals: dict[int, float], spend: list[dict]) -> list[dict]:
+    """metrics.jsonl records: one train record per entry of ``spend`` (steps 1..), evals after their step."""
+    out: list[dict] = []
+    if 0 in evals:
+        out.append({"kind": "eval", "step": 0, "eval_accuracy": evals[0]})
+    for step, fields in enumerate(spend, start=1):
+        out.append({"kind": "train", "step": step, **fields})
+        if step in evals:
+            out.append({"kind": "eval", "step": step, "eval_accuracy": evals[step]})
+    return out
+
+
+def flat(n: int, cost: float = 64.0) -> list[dict]:
+    return [{"budget_spent": cost, "tokens_generated": 1000, "tool_calls": 2} for _ in range(n)]
+
+
+def curve(xs: list[float], ys: list[float]) -> C.LearningCurve:
+    """A curve with evaluations at steps 0..E-1 at the given cumulative rollouts."""
+    x = np.asarray(xs, dtype=float)
+    return C.LearningCurve(np.arange(len(xs)), np.asarray(ys, dtype=float), x, x, 10 * x, 0 * x)
+
+
+def test_learning_curve_sums_spend_up_to_and_including_each_evaluation() -> None:
+    records = run_records(
+        {0: 0.2, 2: 0.4, 3: 0.5},
+        [
+            {"budget_spent": 64, "rollouts_generated": 64, "tokens_generated": 1000, "tool_calls": 10},
+            {"budget_spent": 64, "rollouts_generated": 128, "tokens_generated": 3000, "tool_calls": 5},
+            {
+                "budget_spent": 64,
+                "tokens_generated": 2000,
+                "tool_calls": 0,
+            },  # no rollouts_generated: 64 stands in
+        ],
+    )
+    records.insert(0, {"kind": "predictor_warm", "step": 0, "budget_spent": 999})  # not a training step
+    c = C.learning_curve(records)
+    assert c.step.tolist() == [0, 2, 3]
+    assert c.accuracy.tolist() == [0.2, 0.4, 0.5]
+    assert c.rollouts.tolist() == [0, 192, 256]
+    assert c.rollout_equivalents.tolist() == [0, 128, 192]
+    assert c.tokens.tolist() == [0, 4000, 6000] and c.tool_calls.tolist() == [0, 15, 15]
+    assert not c.rollouts_logged
+    assert C.final_accuracy(c) == pytest.approx(0.45)  # mean of steps 2 and 3
+
+
+def test_learning_curve_missing_fields_and_duplicate_steps() -> None:
+    c = C.learning_curve(run_records({1: 0.3, 2: 0.5}, [{"budget_spent": 8}, {"budget_spent": 8}]))
+    assert c.rollouts.tolist() == [8, 16] and not c.rollouts_logged  # budget_spent stood in
+    assert np.isnan(c.tokens).all()  # no tokens logged: no tokens curve, never a made-up 0
+    assert C.final_accuracy(c) == pytest.approx(0.4)
+    only_start = C.learning_curve(run_records({0: 0.3}, []))
+    assert only_start.rollouts.tolist() == [0] and math.isnan(C.final_accuracy(only_start))
+    one = C.learning_curve(run_records({0: 0.1, 5: 0.3}, flat(5)))
+    assert C.final_accuracy(one) == pytest.approx(0.3)  # step 0 (before RL) never enters it
+    twice = [*run_records({}, flat(2)), {"kind": "train", "step": 2, "budget_spent": 1}]
+    with pytest.raises(ValueError, match=r"step\(s\) \[2\] logged more than once"):
+        C.learning_curve(twice)
+    with pytest.raises(ValueError, match="unknown learning-curve axis"):
+        c.axis("wall_s")
+
+
+def test_area_under_curve_is_the_mean_over_the_range() -> None:
+    x, y = np.array([0.0, 100.0, 200.0]), np.array([0.2, 0.4, 0.6])
+    assert C.area_under_curve(x, y, 0, 200) == pytest.approx((100 * 0.3 + 100 * 0.5) / 200)  # 0.4
+    assert C.area_under_curve(x, y, 0, 150) == pytest.approx((100 * 0.3 + 50 * 0.45) / 150)  # 0.35
+    assert C.area_under_curve(x, y, 50, 150) == pytest.approx((50 * 0.35 + 50 * 0.45) / 100)  # 0.4
+    assert math.isnan(C.area_under_curve(x, y, 0, 250))  # never extrapolated
+    assert math.isnan(C.area_under_curve(x, y, 100, 100))
+
+
+def test_first_crossing_interpolates_between_evaluations() -> None:
+    x, y = np.array([0.0, 100.0, 200.0]), np.array([0.2, 0.4, 0.6])
+    assert C.first_crossing(x, y, 0.5) == pytest.approx(150.0)
+    assert C.first_crossing(x, y, 0.1) == 0.0 and C.first_crossing(x, y, 0.4) == pytest.approx(100.0)
+    assert math.isnan(C.first_crossing(x, y, 0.7)) and math.isnan(C.first_crossing(x, y, math.nan))
+    # the first crossing, not the last: 0.2 -> 0.5 crosses 0.45 at 25/30 of the way
+    bumpy = C.first_crossing(np.array([0.0, 10, 20, 30]), np.array([0.2, 0.5, 0.3, 0.6]), 0.45)
+    assert bumpy == pytest.approx(10 * 0.25 / 0.3)
+
+
+def test_band_interpolates_each_seed_and_only_where_all_cover() -> None:
+    seeds = [curve([0, 100], [0.2, 0.4]), curve([0, 200], [0.3, 0.5])]
+    b = C.band(seeds, np.array([0.0, 50, 100, 150]))
+    # at 50: (0.3 + 0.35) / 2; at 100: (0.4 + 0.4) / 2; at 150 the first seed has ended
+    assert b.mean[:3] == pytest.approx([0.25, 0.325, 0.4]) and np.isnan(b.mean[3])
+    half = 12.706 * np.std([0.2, 0.3], ddof=1) / math.sqrt(2)  # t_{0.975, 1} s / sqrt(2)
+    assert b.high[0] - b.mean[0] == pytest.approx(half, abs=1e-6) and b.low[0] == pytest.approx(0.25 - half)
+    one = C.band(seeds[:1], np.array([0.0, 50]))
+    assert one.low.tolist() == one.mean.tolist() == one.high.tolist() == pytest.approx([0.2, 0.3])
+    assert C.common_range(seeds) == (0.0, 100.0)
+    assert C.grid_for(seeds, points=3).tolist() == [0.0, 100.0, 200.0]
+
+
+def test_curve_summaries_against_the_baseline_of_the_same_seed() -> None:
+    grpo = [curve([0, 64, 128], [0.2, 0.3, 0.4]), curve([0, 64, 128], [0.2, 0.2, 0.2])]
+    dapo = [curve([0, 128, 256], [0.2, 0.3, 0.3]), curve([0, 128, 256], [0.2, 0.5, 0.1])]
+    trace = [curve([0, 64, 128, 192], [0.2, 0.4, 0.4, 0.5]), curve([0, 64, 128, 192], [0.1, 0.1, 0.1, 0.1])]
+    out = C.curve_summaries({"grpo": grpo, "dapo": dapo, "trace": trace}, "grpo")
+    g, d, t = out["grpo"][0], out["dapo"][0], out["trace"][0]
+    # seed 0: GRPO's final pass@1 is (0.3 + 0.4) / 2 = 0.35, reached half way from 64 to 128
+    assert g["final_accuracy"] == pytest.approx(0.35) and g["rollouts_to_baseline_final"] == pytest.approx(96)
+    assert g["rollouts_to_baseline_final_share"] == pytest.approx(0.75)
+    assert t["rollouts_to_baseline_final"] == pytest.approx(64 * 0.15 / 0.2)  # 48
+    assert t["rollouts_to_baseline_final_share"] == pytest.approx(48 / 128)
+    assert math.isnan(d["rollouts_to_baseline_final"]) and math.isnan(d["rollouts_to_baseline_final_share"])
+    assert t["final_accuracy"] == pytest.approx(0.45) and d["final_accuracy"] == pytest.approx(0.3)
+    # AUC over [0, 128], the range every run covers (GRPO's end): the mean of the piecewise-linear curve
+    assert g["auc"] == pytest.approx((64 * 0.25 + 64 * 0.35) / 128)
+    assert d["auc"] == pytest.approx((128 * 0.25) / 128)
+    assert t["auc"] == pytest.approx((64 * 0.3 + 64 * 0.4) / 128)
+    # seed 1: GRPO's final pass@1 0.2 is its start; DAPO reaches it at 0, TRACE never
+    assert (
+        out["grpo"][1]["rollouts_to_baseline_final"] == 0.0
+        and out["dapo"][1]["rollouts_to_baseline_final"] == 0
+    )
+    assert math.isnan(out["trace"][1]["rollouts_to_baseline_final"])
+    with pytest.raises(ValueError, match="baseline 'pcl' is not among"):
+        C.curve_summaries({"grpo": grpo}, "pcl")
+
+
+def test_paired_interval_over_the_seeds_where_both_are_defined() -> None:
+    mean, half, n = C.paired_interval([0.5, 0.6, 0.7], [0.4, 0.4, 0.5])
+    s = np.std([0.1, 0.2, 0.2], ddof=1)
+    assert (mean, n) == (pytest.approx(1 / 6), 3) and half == pytest.approx(4.303 * s / math.sqrt(3))
+    mean, half, n = C.paired_interval([0.5, math.nan, 0.7], [0.4, 0.4, 0.5])
+    assert (mean, n) == (pytest.approx(0.15), 2) and half == pytest.approx(
+        12.706 * np.std([0.1, 0.2], ddof=1) / 2**0.5
+    )
+    assert C.paired_interval([math.nan], [0.1])[2] == 0
+
+
+def test_run_cost_per_step_and_total() -> None:
+    records = run_records(
+        {0: 0.1},
+        [
+            {"budget_spent": 64, "rollouts_generated": 64, "tokens_generated": 1000, "tool_calls": 10},
+            {"budget_spent": 64, "rollouts_generated": 128, "tokens_generated": 3000, "tool_calls": 5},
+            {"budget_spent": 64, "tokens_generated": 2000, "tool_calls": 0},
+        ],
+    )
+    cost = C.run_cost(records)
+    assert cost["steps"] == 3 and cost["rollouts_generated_total"] == 256
+    assert cost["rollouts_generated"] == pytest.approx(256 / 3) and cost["rollouts_generated_logged"] == 0.0
+    assert (cost["budget_spent"], cost["budget_spent_total"]) == (64, 192)
+    assert (cost["tokens_generated"], cost["tokens_generated_total"]) == (2000, 6000)
+    assert (cost["tool_calls"], cost["tool_calls_total"]) == (5, 15)
+    partial = C.run_cost(run_records({}, [{"budget_spent": 4, "tokens_generated": 7}, {"budget_spent": 4}]))
+    assert "tokens_generated" not in partial and partial["budget_spent_total"] == 8  # never a partial sum
+    assert C.run_cost([]) == {"steps": 0.0}
+
+
+def test_curves_document_is_strict_json() -> None:
+    import json
+
+    grpo = [C.learning_curve(run_records({0: 0.2, 2: 0.4}, flat(2)))]
+    trace = [C.learning_curve(run_records({0: 0.2, 2: 0.3}, flat(2, 32.0)))]
+    doc = C.curves_document({"grpo": grpo, "trace": trace}, "grpo", points=3)
+    text = json.dumps(doc, allow_nan=False)  # raises on a NaN
+    assert doc["auc_range"] == {"axis": "rollouts", "low": 0.0, "high": 64.0}
+    assert doc["methods"]["trace"]["summary"][0]["rollouts_to_baseline_final"] is None  # not reached
+    assert doc["methods"]["grpo"]["bands"]["rollouts"]["grid"] == [0.0, 64.0, 128.0]
+    assert doc["methods"]["trace"]["bands"]["rollouts"]["mean"] == [0.2, 0.3, None]  # trace ends at 64
+    assert doc["methods"]["grpo"]["seeds"][0]["tokens"] == [0.0, 2000.0] and "interpolation" in text
+
+
+def test_compare_pairs_only_the_seeds_where_both_runs_define_a_number() -> None:
+    from trace_rl.train.compare import paired_differences
+
+    per_method = {
+        "grpo": {"runs": [{"final_accuracy": 0.3, "rollouts_to_baseline_final": 480.0}] * 3},
+        "trace": {
+            "runs": [
+                {"final_accuracy": 0.4, "rollouts_to_baseline_final": 360.0},
+                {"final_accuracy": 0.5, "rollouts_to_baseline_final": None},  # not reached
+                {"final_accuracy": 0.6, "rollouts_to_baseline_final": 240.0},
+            ]
+        },
+    }
+    out = paired_differences(per_method, ["grpo", "trace"], 3, baseline="grpo")["trace-grpo"]
+    assert out["final_accuracy"]["mean"] == pytest.approx(0.2) and out["final_accuracy"]["n"] == 3
+    half = 4.303 * 0.1 / math.sqrt(3)
+    assert out["final_accuracy"]["ci_high"] == pytest.approx(0.2 + half, abs=1e-9)
+    reach = out["rollouts_to_baseline_final"]
+    assert (reach["mean"], reach["n"]) == (pytest.approx(-180.0), 2.0)  # (-120 - 240) / 2 over two pairs
+    assert "auc" not in out  # not logged by either: no row, never a made-up 0
