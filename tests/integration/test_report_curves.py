@@ -102,7 +102,7 @@ def test_report_draws_learning_curves_and_their_table(tmp_path) -> None:
     )
     # trace reaches 0.35 + 0.01 s at (0.15 - 0.01 s) / 0.2 x 480 = 360, 336, 312 rollouts; share of GRPO's 640
     assert trace[5].startswith("336 ") and trace[6].startswith("52.5 %")
-    assert trace[7] == f"-144 [{-144 - t2 * 24:.1f}, {-144 + t2 * 24:.2f}]"  # paired: 360, 336, 312 minus 480
+    assert trace[7] == f"-144 [{-144 - t2 * 24:.1f}, {-144 + t2 * 24:.1f}]"  # paired: 360, 336, 312 minus 480
     assert dapo[5] == "not reached" and dapo[7] == "–"
 
     raw = cells(page, "cost-table")

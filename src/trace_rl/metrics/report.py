@@ -35,6 +35,7 @@ from trace_rl.metrics.summary import (
     TIME_PARTS,
     Headline,
     eval_decoding,
+    fmt_mean,
     fmt_number,
     fmt_points,
     fmt_seconds,
@@ -570,7 +571,15 @@ def _compare_table(comparison: Mapping[str, Any]) -> str:
 
 
 def _signed(x: float) -> str:
-    return ("+" if x >= 0 else "") + fmt_number(x)
+    return ("+" if x >= 0 else "") + fmt_mean(round(x, 1))
+
+
+def _count_cell(values: Sequence[float]) -> str:
+    """Mean over seeds of a count (rollouts, tokens, tool calls) ± its 95 % t half-width, at one decimal
+    (rounded first, so float noise never prints as '480.0')."""
+    mu, half = t_interval(values)
+    text = _e(fmt_mean(round(mu, 1) if np.isfinite(mu) else mu))
+    return text + (f" <span class='pm'>± {_e(fmt_mean(round(half, 1)))}</span>" if not np.isnan(half) else "")
 
 
 def _paired_cell(values: Sequence[float], base: Sequence[float], share: bool) -> str:
@@ -625,7 +634,7 @@ def _curve_tables(runs: Runs, curves: Mapping[str, Sequence[LearningCurve]]) -> 
         reach = column(label, "rollouts_to_baseline_final")
         reached = [x for x in reach if np.isfinite(x)]
         if reached:
-            reach_text = _cell(reached, False, False)[0]
+            reach_text = _count_cell(reached)
             share_text = _cell(
                 [x for x in column(label, "rollouts_to_baseline_final_share") if np.isfinite(x)], True, False
             )[0]
@@ -675,7 +684,7 @@ def _curve_tables(runs: Runs, curves: Mapping[str, Sequence[LearningCurve]]) -> 
         tds = []
         for key, _ in COST_COLUMNS:
             values = [r[key] for r in rows if key in r]
-            text = _cell(values, False, False)[0] if values else "–"
+            text = _count_cell(values) if values else "–"
             tds.append(text + ("*" if stand_in and key.startswith("rollouts_generated") and values else ""))
         body.append(
             f"<tr data-row='{_e(label)}'><td>{_e(label)}</td>"
