@@ -45,7 +45,7 @@ def one(micro_tokens: int, repeats: int, threads: int, prompts: int, paths: int)
             turns = [turn(48, 12) for _ in range(int(rng.integers(1, 5)))]
             tree.add_rollout(turns, reward=float(j % 3 == 0))
         trees.append(tree)
-    settings = UpdateSettings(estimator="treerpo", minibatch=64, micro_tokens=micro_tokens)
+    settings = UpdateSettings(estimator="treerpo", minibatch=64, minibatches=0, micro_tokens=micro_tokens)
     seconds = []
     for _ in range(repeats):
         with torch.no_grad():

@@ -55,6 +55,19 @@ def test_aggregations_by_hand() -> None:
         aggregate_loss(per_token, mask[:, :2])
 
 
+def test_seq_mean_token_sum_norm_divides_by_the_given_constant_not_the_width() -> None:
+    # Dr. GRPO's L is a constant: padding the batch wider must not change the loss
+    per_token = torch.tensor([[1.0, 2.0, 0.0], [4.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    wide = torch.nn.functional.pad(per_token, (0, 5))
+    wide_mask = torch.nn.functional.pad(mask, (0, 5))
+    for pt, m in ((per_token, mask), (wide, wide_mask)):
+        loss = aggregate_loss(pt, m, "seq-mean-token-sum-norm", scale_tokens=10)
+        assert loss.item() == pytest.approx((3 + 4) / 2 / 10)
+    with pytest.raises(ValueError, match="scale_tokens"):
+        aggregate_loss(per_token, mask, "seq-mean-token-sum-norm", scale_tokens=0)
+
+
 def test_kl_k3_by_hand() -> None:
     logp = torch.tensor([[0.0, math.log(0.5), -1.0]], dtype=torch.float64)
     ref = torch.tensor([[math.log(2.0), 0.0, -1.0]], dtype=torch.float64)

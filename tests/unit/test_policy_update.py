@@ -63,7 +63,7 @@ def test_update_raises_rewarded_path_and_lowers_failed_path(tiny_policy, estimat
     good_before = path_logprob(model, PROMPT, np.concatenate([GOOD, OBS, GOOD]))
     bad_before = path_logprob(model, PROMPT, np.concatenate([BAD, OBS, BAD]))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    settings = UpdateSettings(estimator=estimator, minibatch=64, epochs=1)
+    settings = UpdateSettings(estimator=estimator, minibatch=64, minibatches=0, epochs=1)
     first = policy_update(model, opt, [tree], settings, pad_id=0, rng=np.random.default_rng(0))
     assert first["rows"] == 4 and first["tokens"] == 4 * 8
     assert abs(first["approx_kl"]) < 1e-5 and first["clip_fraction"] == 0.0  # behaviour == current policy
@@ -75,7 +75,7 @@ def test_update_raises_rewarded_path_and_lowers_failed_path(tiny_policy, estimat
     assert bad_after < bad_before - 0.5
 
 
-def test_update_skips_groups_without_signal(tiny_policy) -> None:
+def test_update_without_signal_still_takes_its_optimizer_step_with_a_zero_gradient(tiny_policy) -> None:
     import copy
 
     model = copy.deepcopy(tiny_policy.model)
@@ -83,12 +83,103 @@ def test_update_skips_groups_without_signal(tiny_policy) -> None:
     tree.add_rollout([turn(GOOD)], reward=1.0)
     tree.add_rollout([turn(BAD)], reward=1.0)
     before = [p.detach().clone() for p in model.parameters()]
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    stats = policy_update(
-        model, opt, [tree], UpdateSettings(estimator="grpo"), pad_id=0, rng=np.random.default_rng(0)
-    )
-    assert stats == {"rows": 0.0, "tokens": 0.0}
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    for rows in ("count", "drop"):
+        stats = policy_update(
+            model,
+            opt,
+            [tree],
+            UpdateSettings(estimator="grpo", minibatches=2, zero_advantage_rows=rows),
+            pad_id=0,
+            rng=np.random.default_rng(0),
+        )
+        assert stats["rows"] == 0.0 and stats["paths"] == 2.0 and stats["optimizer_steps"] == 2.0
+        assert stats["adv_sq"] == 0.0
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+class CountingSGD(torch.optim.SGD):  # type: ignore[misc]
+    steps = 0
+
+    def step(self, closure=None):  # type: ignore[no-untyped-def]
+        self.steps += 1
+        return super().step(closure)
+
+
+def trees_with_paths(n_trees: int) -> list[RolloutTree]:
+    out = []
+    for i in range(n_trees):
+        tree = RolloutTree.new(prompt_ids=PROMPT)
+        tree.add_rollout([turn(GOOD, OBS), turn(GOOD)], reward=1.0)
+        tree.add_rollout([turn(BAD, OBS), turn(BAD)], reward=float(i % 2))  # odd trees: no signal
+        tree.add_replay(1, [turn(BAD)], reward=0.0)
+        out.append(tree)
+    return out
+
+
+@pytest.mark.parametrize("minibatches", [1, 3])
+def test_every_method_takes_the_same_optimizer_steps_whatever_its_paths(
+    tiny_policy, minibatches: int
+) -> None:
+    # a method that keeps 3x the paths (tree methods with replays) gets exactly as many optimizer steps
+    import copy
+
+    counts = []
+    for n_trees in (1, 3, 8):
+        model = copy.deepcopy(tiny_policy.model)
+        opt = CountingSGD(model.parameters(), lr=1e-3)
+        settings = UpdateSettings(estimator="treerpo", minibatches=minibatches, epochs=2)
+        stats = policy_update(
+            model, opt, trees_with_paths(n_trees), settings, pad_id=0, rng=np.random.default_rng(0)
+        )
+        assert stats["paths"] == 3 * n_trees
+        assert stats["optimizer_steps"] == opt.steps == 2 * minibatches
+        counts.append(opt.steps)
+    assert len(set(counts)) == 1
+    # the legacy size-based split: more paths, more steps (why it is not the default)
+    model = copy.deepcopy(tiny_policy.model)
+    opt = CountingSGD(model.parameters(), lr=1e-3)
+    legacy = UpdateSettings(estimator="treerpo", minibatch=4, minibatches=0)
+    policy_update(model, opt, trees_with_paths(8), legacy, pad_id=0, rng=np.random.default_rng(0))
+    assert opt.steps == 6  # 24 paths / 4
+
+
+def test_zero_advantage_rows_count_in_the_token_mean_denominator(tiny_policy) -> None:
+    # one SGD step (lr 1): under "count" the gradient is the "drop" gradient scaled by
+    # (tokens of paths with signal) / (tokens of all paths), verl's agg_loss token-mean over the minibatch
+    import copy
+
+    unanimous = RolloutTree.new(prompt_ids=PROMPT)
+    unanimous.add_rollout([turn(GOOD, OBS), turn(GOOD)], reward=1.0)
+    unanimous.add_rollout([turn(BAD, OBS), turn(BAD)], reward=1.0)  # zero advantage on both paths
+    trees = [trees_with_paths(1)[0], unanimous]  # the first: rewards 1, 0, 0 (every path has signal)
+    base = torch.cat([p.detach().reshape(-1) for p in tiny_policy.model.parameters()])
+    moves, stats = {}, {}
+    for rows in ("count", "drop"):
+        model = copy.deepcopy(tiny_policy.model)
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)
+        settings = UpdateSettings(
+            estimator="grpo", minibatches=1, zero_advantage_rows=rows, max_grad_norm=1e9
+        )
+        stats[rows] = policy_update(model, opt, trees, settings, pad_id=0, rng=np.random.default_rng(0))
+        moves[rows] = torch.cat([p.detach().reshape(-1) for p in model.parameters()]) - base
+    assert stats["count"]["rows"] == stats["drop"]["rows"] == 3
+    assert stats["count"]["paths"] == 5
+    signal_tokens, all_tokens = stats["drop"]["loss_tokens"], stats["count"]["loss_tokens"]
+    assert all_tokens == signal_tokens + 2 * 8  # the unanimous group's two paths of 8 model tokens
+    assert moves["drop"].abs().max() > 1e-4
+    assert torch.allclose(moves["count"], moves["drop"] * (signal_tokens / all_tokens), atol=1e-6, rtol=1e-4)
+
+
+def test_update_settings_reject_settings_that_cannot_take_effect() -> None:
+    with pytest.raises(ValueError, match="exactly one of minibatches"):
+        UpdateSettings(minibatch=8)  # minibatches defaults to 1
+    with pytest.raises(ValueError, match="loss_scale_tokens"):
+        UpdateSettings(loss_agg="seq-mean-token-sum-norm")
+    with pytest.raises(ValueError, match="loss_scale_tokens"):
+        UpdateSettings(loss_scale_tokens=64)
+    with pytest.raises(ValueError, match="zero_advantage_rows"):
+        UpdateSettings(zero_advantage_rows="keep")
 
 
 def uneven_tree(rng: np.random.Generator) -> RolloutTree:
@@ -127,8 +218,8 @@ def test_micro_batches_give_the_whole_minibatchs_gradient(tiny_policy, loss_agg:
         model = copy.deepcopy(tiny_policy.model)
         opt = torch.optim.SGD(model.parameters(), lr=1.0)
         settings = UpdateSettings(
-            estimator="treerpo", minibatch=4, loss_agg=loss_agg, kl_coef=kl_coef, max_grad_norm=1e9,
-            micro_tokens=micro_tokens,
+            estimator="treerpo", minibatch=4, minibatches=0, loss_agg=loss_agg, kl_coef=kl_coef, max_grad_norm=1e9,
+            micro_tokens=micro_tokens, loss_scale_tokens=64 if loss_agg == "seq-mean-token-sum-norm" else 0,
         )  # fmt: skip
         rows = training_rows([tree], settings)
         passes = micro_batches(rows[:4], settings)

@@ -92,3 +92,27 @@ def test_pure_parts_import_without_torch_or_matplotlib() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_mixed_sibling_share_counts_every_node_with_two_or_more_children() -> None:
+    import math
+
+    from trace_rl.metrics import mixed_sibling_share, sibling_groups, signal_per_token
+    from trace_rl.tree import RolloutTree
+
+    nan = float("nan")
+    # prompt 0 -> roots 1 (-> 2 leaf 0) and 3 (-> 4 leaf 0); anchor 1 replayed twice: 5 (1), 6 (0)
+    # root group {V(1) = 1/3, V(3) = 0}: mixed; anchor 1's group {V(2)=0, V(5)=1, V(6)=0}: mixed
+    parent = [-1, 0, 1, 0, 3, 1, 1]
+    reward = [nan, nan, 0.0, nan, 0.0, 1.0, 0.0]
+    tree = RolloutTree.from_parents(parent, reward)
+    assert sibling_groups(tree) == (2, 2)
+    # all roots failed, no replays: one unanimous group at the prompt
+    flat = RolloutTree.from_parents([-1, 0, 0, 0], [nan, 0.0, 0.0, 0.0])
+    assert sibling_groups(flat) == (0, 1)
+    # a replay group whose outcomes agree, under a mixed root group
+    agree = RolloutTree.from_parents([-1, 0, 1, 0, 1], [nan, nan, 1.0, 0.0, 1.0])
+    assert sibling_groups(agree) == (1, 2)
+    assert mixed_sibling_share([tree, flat, agree]) == pytest.approx(3 / 5)
+    assert math.isnan(mixed_sibling_share([RolloutTree.from_parents([-1, 0], [nan, 1.0])]))
+    assert signal_per_token(6.0, 3.0) == 2.0 and math.isnan(signal_per_token(1.0, 0.0))

@@ -27,7 +27,13 @@ def _check_2d(name: str, x: torch.Tensor, shape: torch.Size | None = None) -> No
         raise ValueError(f"{name} must have shape {tuple(shape)} like logprobs, got {tuple(x.shape)}")
 
 
-def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: LossAgg = "token-mean") -> torch.Tensor:
+def aggregate_loss(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    mode: LossAgg = "token-mean",
+    *,
+    scale_tokens: float | None = None,
+) -> torch.Tensor:
     """Reduce a per-token loss (B, T) to a scalar over the tokens where mask is set.
 
     Modes (names as in verl's `agg_loss`):
@@ -35,8 +41,9 @@ def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: LossAgg = 
         seq-mean-token-sum: (1/B) sum_b sum_t m l; long sequences weigh more.
         seq-mean-token-mean: (1/B) sum_b (sum_t m l / sum_t m); the original GRPO average
             (arXiv 2402.03300, Eq. 3).
-        seq-mean-token-sum-norm: (1/B) sum_b sum_t m l / T, a constant length normaliser (Dr. GRPO,
-            arXiv 2503.20783, Sec. 3.1, with T as the constant).
+        seq-mean-token-sum-norm: (1/B) sum_b sum_t m l / L, a constant length normaliser L (Dr. GRPO,
+            arXiv 2503.20783, Sec. 3.1: the generation budget). L = ``scale_tokens``; None falls back to the
+            padded width T (verl's default when its ``loss_scale_factor`` is unset), which varies with the batch.
     Sequences or batches without any masked-in token contribute 0 (never NaN). Masked-out positions are
     dropped with `torch.where`, not multiplied by 0, so a NaN or inf there (padding) neither reaches the loss
     nor its gradient (which is exactly 0 at those positions).
@@ -57,7 +64,9 @@ def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: LossAgg = 
     if mode == "seq-mean-token-mean":
         return (masked.sum(dim=-1) / m.sum(dim=-1).clamp(min=1.0)).mean()
     if mode == "seq-mean-token-sum-norm":
-        return masked.sum(dim=-1).mean() / per_token.shape[-1]
+        if scale_tokens is not None and not scale_tokens > 0:
+            raise ValueError(f"scale_tokens must be > 0, got {scale_tokens}")
+        return masked.sum(dim=-1).mean() / (scale_tokens if scale_tokens is not None else per_token.shape[-1])
     raise ValueError(f"unknown loss aggregation {mode!r}; expected one of {', '.join(LOSS_AGGS)}")
 
 
@@ -132,6 +141,7 @@ def policy_loss(
     clip_low: float = 0.2,
     clip_high: float | None = None,
     loss_agg: LossAgg = "token-mean",
+    scale_tokens: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped surrogate plus an optional k3 KL penalty, aggregated with `loss_agg`.
 
@@ -141,6 +151,7 @@ def policy_loss(
         logprobs, old_logprobs, advantages, mask: (B, T), see `clipped_surrogate` and `aggregate_loss`.
         ref_logprobs: (B, T) reference-policy log-probs; required when kl_coef > 0.
         kl_coef: weight of the KL penalty (0 disables it).
+        scale_tokens: the constant L of "seq-mean-token-sum-norm" (see `aggregate_loss`).
 
     Returns:
         (scalar loss, stats): detached scalars "pg_loss", "clip_fraction" (share of masked-in tokens on the
@@ -173,7 +184,7 @@ def policy_loss(
     per_token, clipped = clipped_surrogate(
         logprobs, old_logprobs, advantages, clip_low=clip_low, clip_high=clip_high
     )
-    pg = aggregate_loss(per_token, mask, loss_agg)
+    pg = aggregate_loss(per_token, mask, loss_agg, scale_tokens=scale_tokens)
     m = mask.to(logprobs.dtype)
     n_tokens = m.sum().clamp(min=1.0)
     log_ratio = (logprobs - old_logprobs).detach()
@@ -186,7 +197,7 @@ def policy_loss(
     if kl_coef > 0:
         if ref_logprobs is None:
             raise ValueError("kl_coef > 0 needs ref_logprobs")
-        kl = aggregate_loss(kl_k3(logprobs, ref_logprobs), mask, loss_agg)
+        kl = aggregate_loss(kl_k3(logprobs, ref_logprobs), mask, loss_agg, scale_tokens=scale_tokens)
         loss = loss + kl_coef * kl
         stats["kl"] = kl.detach()
     return loss, stats

@@ -21,6 +21,7 @@ on more distinct prompts per step than the flat baselines' batch size.
 | trace_root_only   | `allocate_roots`                        | uniformly random anchors         | TRACE ablation |
 | trace_prefix_only | random batch of M/n, n each             | `allocate_prefixes`              | TRACE ablation |
 | trace_fresh       | `allocate_roots`                        | `allocate_prefixes` over the turn prefixes AND the prompt (depth-0 anchor: a fresh rollout, cost 1) | ours (docs/allocation.md) |
+| dapo              | random batches of n each, drawn until batch_size mixed groups or a cap of draws; unmixed groups dropped | none | Yu et al. 2025 (DAPO, Sec. 3.2); verl's recipe |
 
 ``trace_fresh`` keeps the paper's budget shape but never forces a prompt's local budget onto decided prefixes:
 the prompt itself is one more anchor, whose "replay" is a fresh rollout costing 1 instead of ``replay_cost``, and
@@ -174,6 +175,9 @@ class Method:
     prefixes: PrefixStrategy
     uses_predictor: bool
     fresh: bool = False  # the prefix budget may also buy fresh rollouts of the prompt (the depth-0 anchor)
+    # DAPO dynamic sampling: the root strategy is drawn again over not-yet-drawn prompts until the batch holds
+    # batch_size mixed groups (or a cap of draws); only mixed groups are trained on (trace_rl.train.step)
+    dynamic_sampling: bool = False
 
     @property
     def has_replays(self) -> bool:
@@ -191,6 +195,7 @@ METHODS: dict[str, Method] = {
         Method("trace_root_only", trace_roots, random_prefixes, uses_predictor=True),
         Method("trace_prefix_only", uniform_tree_roots, trace_prefixes, uses_predictor=True),
         Method("trace_fresh", trace_roots, trace_prefixes, uses_predictor=True, fresh=True),
+        Method("dapo", grpo_roots, no_prefixes, uses_predictor=False, dynamic_sampling=True),
     )
 }
 

@@ -7,8 +7,11 @@ from trace_rl.metrics.trees import (
     effective_ratio,
     is_effective,
     mixed_anchor_ratio,
+    mixed_sibling_share,
     replay_depth_histogram,
     rollouts_per_active_prompt,
+    sibling_groups,
+    signal_per_token,
     tree_metrics,
 )
 
@@ -16,7 +19,10 @@ __all__ = [
     "effective_ratio",
     "is_effective",
     "mixed_anchor_ratio",
+    "mixed_sibling_share",
     "replay_depth_histogram",
     "rollouts_per_active_prompt",
+    "sibling_groups",
+    "signal_per_token",
     "tree_metrics",
 ]

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from trace_rl.tree import RolloutTree
+from trace_rl.tree import REWARD_ATOL, RolloutTree
 
 
 def _check_trees(trees: Sequence[RolloutTree]) -> None:
@@ -136,3 +136,46 @@ def tree_metrics(trees: Sequence[RolloutTree], *, replay_cost: float = 0.5) -> d
         else math.nan,
         "active_prompts": float(len(trees)),
     }
+
+
+def sibling_groups(tree: RolloutTree) -> tuple[int, int]:
+    """(mixed, total) sibling groups of one tree: every node with two or more children, at any depth (the
+    prompt's root rollouts are the group at node 0; an anchor's replays and its original continuation are the
+    group at that anchor). A group is mixed when its children's value targets (mean leaf reward below each
+    child, `RolloutTree.value_targets`) are not all equal within ``trace_rl.tree.REWARD_ATOL``: exactly the
+    groups where TreeRPO's sibling-normalised advantage (Yang et al. 2025) is non-zero.
+    """
+    target = tree.value_targets()
+    parent = np.asarray(tree.parent, np.int64)
+    counts = (
+        np.bincount(parent[1:], minlength=tree.num_nodes) if tree.num_nodes > 1 else np.zeros(1, np.int64)
+    )
+    mixed = total = 0
+    for node in np.flatnonzero(counts >= 2):
+        values = target[np.flatnonzero(parent == node)]
+        total += 1
+        mixed += int(np.ptp(values) > REWARD_ATOL)
+    return mixed, total
+
+
+def mixed_sibling_share(trees: Sequence[RolloutTree]) -> float:
+    """Share of sibling groups (`sibling_groups`) over all trees whose outcomes are mixed: the local contrast a
+    tree-aware update learns from, which still moves where the tree-level effective ratio is saturated.
+
+    Returns:
+        A float in [0, 1]; NaN when no node has two or more children.
+
+    Raises:
+        ValueError: an element is not a RolloutTree.
+    """
+    _check_trees(trees)
+    pairs = [sibling_groups(t) for t in trees]
+    total = sum(t for _, t in pairs)
+    return sum(m for m, _ in pairs) / total if total else math.nan
+
+
+def signal_per_token(adv_sq: float, tokens_generated: float) -> float:
+    """Sum of squared token advantages over the step's paths (model tokens only) per generated model token:
+    sum_paths sum_t A_t^2 / tokens generated (NaN when nothing was generated). A gradient-signal density: how
+    much advantage mass the update receives for each token the method paid for."""
+    return float(adv_sq) / float(tokens_generated) if tokens_generated > 0 else math.nan

@@ -91,6 +91,15 @@ def completed_step(out: str | Path) -> int | None:
     return checkpoint_step(ckpts[-1])
 
 
+def finished_run(out: str | Path) -> bool:
+    """Whether the newest loadable checkpoint under ``out`` marks the run finished: its last step was taken
+    (``steps`` reached, or the run's ``total_budget`` could not pay for another step)."""
+    ckpts = complete_checkpoints(out)
+    if not ckpts or checkpoint_problem(ckpts[-1]) is not None:
+        return False
+    return bool(json.loads((ckpts[-1] / STATE_FILE).read_text()).get("finished", False))
+
+
 def _skip_warning(skipped: list[tuple[Path, str]], then: str) -> str:
     noun = "checkpoint" if len(skipped) == 1 else "checkpoints"
     names = ", ".join(p.name for p, _ in skipped)
@@ -102,5 +111,6 @@ __all__ = [
     "checkpoint_step",
     "complete_checkpoints",
     "completed_step",
+    "finished_run",
     "resumable_checkpoint",
 ]

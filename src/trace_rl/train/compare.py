@@ -21,7 +21,7 @@ import numpy as np
 
 from trace_rl.lab.stats import mean_ci
 from trace_rl.metrics.curves import curves_document, learning_curve, run_cost
-from trace_rl.train.checkpoint import completed_step
+from trace_rl.train.checkpoint import completed_step, finished_run
 from trace_rl.train.config import ConfigError, TrainConfig, budget_shape, validate, with_overrides
 from trace_rl.train.run import Trainer, check_same_config, read_metrics, summarize, train
 
@@ -158,7 +158,8 @@ def _run_one(run_cfg: TrainConfig, run_dir: Path, progress: bool) -> dict[str, f
     if started:
         check_same_config(run_cfg, run_dir)  # continuing is only right for the same run
     done = completed_step(run_dir) if started else None
-    if done is None or done < run_cfg.steps:  # a finished run is read back, not set up again
+    # a finished run (all steps, or its total budget spent) is read back, not set up again
+    if done is None or (done < run_cfg.steps and not finished_run(run_dir)):
         train(run_cfg, run_dir, resume=started, progress=progress)
     return summarize(read_metrics(run_dir / "metrics.jsonl"))
 
@@ -174,6 +175,10 @@ def compare(
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Train every method with seeds 0..seeds-1 at the config's budget; write and return comparison.json.
+
+    Every run gets the same generated budget: ``total_budget`` (rollout-equivalents over the run) defaults to
+    ``steps`` x the per-step budget, so the methods that spend their step budget exactly run ``steps`` steps
+    and `dapo`, whose steps draw until its batch is full, runs as many as the budget pays for.
 
     ``methods`` entries are method names or variants (`parse_variant`: a label, a method and config overrides,
     which the variant's runs apply on top of ``cfg``; its row in comparison.json records them with its own
@@ -202,6 +207,8 @@ def compare(
     for seed in range(seeds):  # seed-major: an interrupted comparison has every method at its first seeds
         for label, method, overrides in variants:
             run_cfg = with_overrides(replace(base, method=method, seed=seed), overrides)
+            if run_cfg.total_budget == 0:  # equal generated budget: dapo's steps cost more, so it takes fewer
+                run_cfg = replace(run_cfg, total_budget=run_cfg.steps * budget_shape(run_cfg).total)
             validate(run_cfg)
             plan.append((label, seed, run_cfg, root / label / f"seed_{seed}"))
     summaries: dict[tuple[str, int], dict[str, Any]] = {}

@@ -111,6 +111,8 @@ class BudgetSection:
     Attributes:
         accounting: "paper" (a replay costs replay_cost) or "token" (a replay costs its expected remaining
             tokens relative to a full rollout, in integer units for the exact prefix knapsack).
+        max_num_gen_batches: `dapo` only: the most batches of batch_size prompts x n rollouts one step may draw
+            while filling its batch with mixed groups (verl's DAPO recipe name; docs/allocation.md).
     """
 
     roots: int = 32
@@ -120,6 +122,7 @@ class BudgetSection:
     min_rollouts: int = 2
     max_rollouts: int | None = 16
     accounting: str = "paper"
+    max_num_gen_batches: int = 4
 
 
 @dataclass(frozen=True)
@@ -130,8 +133,16 @@ class OptimSection:
         estimator: "auto" (treerpo for math/QA, tree_grpo for function calling, grpo for flat methods),
             "grpo", "tree_grpo" or "treerpo".
         normalize_std: divide by the group std (False: Dr. GRPO).
-        loss_agg: "token-mean" or "seq-mean-token-sum" (`trace_rl.advantages.losses.aggregate_loss`).
-        minibatch: paths per optimizer step.
+        loss_agg: "token-mean", "seq-mean-token-sum", "seq-mean-token-mean" or "seq-mean-token-sum-norm", with
+            verl's meanings over the whole minibatch (`trace_rl.advantages.losses.aggregate_loss`).
+        zero_advantage_rows: "count" (verl/TRL: paths with zero advantage count in the loss denominator) or
+            "drop" (they are removed before the loss; `trace_rl.train.update`).
+        loss_scale_tokens: the constant L of "seq-mean-token-sum-norm" (Dr. GRPO); 0 = sampling.max_new_tokens
+            x env.max_turns (the most model tokens an episode can generate). Must be 0 with the other modes.
+        minibatches: optimizer steps per epoch, the same for every method (paths split evenly); logged per step
+            as `optimizer_steps`.
+        minibatch: paths per optimizer step instead (the number of steps then grows with the paths a method
+            keeps); only with minibatches: 0.
         micro_tokens: padded tokens per forward pass: each minibatch's gradient is accumulated over passes of at
             most this many (rows x longest row) tokens, the same gradient with a fraction of the activation memory
             (`trace_rl.train.update.micro_batches`); 0 = the whole minibatch in one pass.
@@ -144,9 +155,12 @@ class OptimSection:
     estimator: str = "auto"
     normalize_std: bool = True
     epochs: int = 1
-    minibatch: int = 32
+    minibatch: int = 0
     max_grad_norm: float = 1.0
     micro_tokens: int = 4096
+    minibatches: int = 1
+    zero_advantage_rows: str = "count"
+    loss_scale_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -211,6 +225,7 @@ class TrainConfig:
 
     method: str = "trace"
     steps: int = 20
+    total_budget: float = 0.0  # rollout-equivalents generated over the run; > 0 stops the run once spent
     seed: int = 0
     eval_every: int = 5
     checkpoint_every: int = 5
@@ -455,20 +470,47 @@ def validate(cfg: TrainConfig) -> None:
         f"must be at least the baselines' batch size {shape.batch_size} (= floor(M (1 + N c) / n))",
     )
     need(
+        cfg.method != "dapo" or cfg.env.pool_size >= cfg.budget.max_num_gen_batches * shape.batch_size,
+        "budget.max_num_gen_batches",
+        f"dapo draws up to max_num_gen_batches batches of {shape.batch_size} distinct prompts from the step's "
+        f"pool of env.pool_size={cfg.env.pool_size}: raise env.pool_size or lower the cap",
+    )
+    need(
+        cfg.total_budget == 0 or cfg.total_budget >= shape.total,
+        "total_budget",
+        f"must be 0 or at least one step's budget ({shape.total:g} rollout-equivalents)",
+    )
+    need(
         cfg.optim.estimator in ("auto", "grpo", "tree_grpo", "treerpo"),
         "optim.estimator",
         "must be auto, grpo, tree_grpo or treerpo",
     )
     need(
-        cfg.optim.loss_agg in ("token-mean", "seq-mean-token-sum"),
+        cfg.optim.loss_agg
+        in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
         "optim.loss_agg",
-        "token-mean or seq-mean-token-sum",
+        "token-mean, seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm",
     )
+    need(cfg.optim.zero_advantage_rows in ("count", "drop"), "optim.zero_advantage_rows", "count or drop")
+    need(
+        cfg.optim.loss_scale_tokens == 0 or cfg.optim.loss_agg == "seq-mean-token-sum-norm",
+        "optim.loss_scale_tokens",
+        "only seq-mean-token-sum-norm uses a constant length normaliser; leave it 0",
+    )
+    need(cfg.optim.loss_scale_tokens >= 0, "optim.loss_scale_tokens", "must be >= 0")
+    need(
+        (cfg.optim.minibatches > 0) != (cfg.optim.minibatch > 0),
+        "optim.minibatches",
+        "set exactly one of optim.minibatches (optimizer steps per RL step, equal for every method) and "
+        "optim.minibatch (paths per step); set the other to 0",
+    )
+    need(cfg.total_budget >= 0, "total_budget", "must be >= 0 (0: the run ends after `steps` steps)")
+    need(cfg.budget.max_num_gen_batches >= 1, "budget.max_num_gen_batches", "must be at least 1")
     need(cfg.optim.lr > 0, "optim.lr", "must be > 0")
     need(0 < cfg.optim.clip < 1, "optim.clip", "must lie in (0, 1)")
     need(cfg.optim.kl_coef >= 0, "optim.kl_coef", "must be >= 0")
     need(cfg.optim.epochs >= 1, "optim.epochs", "must be at least 1")
-    need(cfg.optim.minibatch >= 1, "optim.minibatch", "must be at least 1")
+    need(cfg.optim.minibatch >= 0 and cfg.optim.minibatches >= 0, "optim.minibatch", "must be >= 0")
     need(
         cfg.optim.micro_tokens >= 0, "optim.micro_tokens", "must be >= 0 (0 = one forward pass per minibatch)"
     )

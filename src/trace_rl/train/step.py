@@ -7,7 +7,10 @@
     4. refresh the predictor on the bottom-up targets of the new trees
     5. update the policy with a tree-aware estimator on the trees
 
-Baselines are the same step with other strategies (`trace_rl.allocation.METHODS`). Until the predictor has been
+Baselines are the same step with other strategies (`trace_rl.allocation.METHODS`). `dapo` (dynamic sampling)
+repeats stages 2-3 over prompts not drawn yet until its batch holds batch_size mixed groups or it has drawn
+``max_gen_batches`` batches; it trains on the mixed groups only, and every rollout it generated counts as spent.
+Until the predictor has been
 updated once (cold start) its estimates are only a prior, so methods that use it fall back to uniform
 allocation: flat methods to GRPO's random batch, tree methods to TreePO's uniform roots and random anchors.
 """
@@ -30,7 +33,13 @@ from trace_rl.allocation import (
     repeat_probability,
     token_aware_costs,
 )
-from trace_rl.metrics import effective_ratio, replay_depth_histogram
+from trace_rl.metrics import (
+    effective_ratio,
+    is_effective,
+    mixed_sibling_share,
+    replay_depth_histogram,
+    signal_per_token,
+)
 from trace_rl.predictor import posterior_mean
 from trace_rl.predictor.examples import leaf_counts, node_examples
 from trace_rl.predictor.serialize import serialize_anchor
@@ -54,6 +63,7 @@ class StepParts:
         max_turns, max_concurrency: episode and scheduler limits.
         accounting: "paper" or "token" (DESIGN.md section 2).
         max_chars: serialization budget of predictor texts.
+        max_gen_batches: `dapo`'s cap on the batches one step draws (budget.max_num_gen_batches).
     """
 
     backend: Any
@@ -67,6 +77,7 @@ class StepParts:
     max_concurrency: int = 64
     accounting: str = "paper"
     max_chars: int = 2048
+    max_gen_batches: int = 1
     timers: dict[str, float] = field(default_factory=dict)
 
     def tick(self, key: str, seconds: float) -> None:
@@ -198,8 +209,14 @@ def training_step(
     shape: BudgetShape,
     parts: StepParts,
     rng: np.random.Generator,
+    *,
+    budget_left: float | None = None,
 ) -> tuple[dict[str, Any], list[PromptResult]]:
-    """Run one step of ``method`` on a candidate pool; returns (metrics record, per-prompt results).
+    """Run one step of ``method`` on a candidate pool; returns (metrics record, per-prompt results trained on).
+
+    ``budget_left`` (rollout-equivalents left in the run's total budget; None = no limit) caps what a `dapo`
+    step may draw: it never starts a draw that would overspend it. The other methods spend their fixed step
+    budget.
 
     Raises:
         ValueError: from the strategies (e.g. a pool smaller than the batch size).
@@ -215,20 +232,121 @@ def training_step(
     parts.tick("predictor", time.perf_counter() - t0)
     used = effective_method(method, warm)
 
-    # 2. allocate root rollouts
-    t0 = time.perf_counter()
-    plan: RootPlan = used.roots(v, shape, rng)
-    if parts.accounting == "token" or used.fresh:  # local budgets in integer cost units instead of replays
-        units = np.round(plan.replay_budget * shape.replay_cost * UNITS_PER_ROLLOUT)
-        plan = dataclasses.replace(plan, replay_budget=units)
-    parts.tick("allocation", time.perf_counter() - t0)
+    # 2.-3. allocate roots, run them, then per-prompt prefix expansion as soon as that prompt's roots return
     spent_units: list[int] = []
+    draws = 1
+    if used.dynamic_sampling:
+        generated, results, draws = _dynamic_sampling(pool, used, shape, parts, rng, budget_left)
+        plan_active = sum(len(r.roots) > 0 for r in generated)
+    else:
+        t0 = time.perf_counter()
+        plan: RootPlan = used.roots(v, shape, rng)
+        if (
+            parts.accounting == "token" or used.fresh
+        ):  # local budgets in integer cost units instead of replays
+            units = np.round(plan.replay_budget * shape.replay_cost * UNITS_PER_ROLLOUT)
+            plan = dataclasses.replace(plan, replay_budget=units)
+        parts.tick("allocation", time.perf_counter() - t0)
+        prompt_rngs = _prompt_rngs(pool, rng)
+        results = _run_roots_and_prefixes(plan, pool, used, shape, parts, rng, prompt_rngs, spent_units)
+        generated = results
+        plan_active = plan.num_active
+    trees = [r.tree for r in results]
 
-    # 3. roots, then per-prompt prefix expansion as soon as that prompt's roots return
-    prompt_rngs = {
-        t.id: np.random.default_rng(int(x))
-        for t, x in zip(pool, rng.integers(2**63 - 1, size=len(pool)), strict=True)
+    # 4. refresh the predictor on the bottom-up targets
+    t0 = time.perf_counter()
+    weighting: Literal["uniform", "leaves"] = (
+        "leaves" if getattr(parts.predictor, "example_weighting", "uniform") == "leaves" else "uniform"
+    )
+    examples = [
+        ex
+        for r in generated
+        for ex in node_examples(r.tree, r.task.prompt, max_chars=parts.max_chars, weighting=weighting)
+    ]
+    pred_metrics = parts.online.observe_step(examples) if examples else {}
+    parts.tick("predictor", time.perf_counter() - t0)
+
+    # 5. update the policy on the trees
+    t0 = time.perf_counter()
+    update_metrics = parts.update_policy(trees) if trees else {}
+    parts.tick("update", time.perf_counter() - t0)
+
+    wall = time.perf_counter() - t_start
+    roots = [e for r in generated for e in r.roots]
+    replays = [e for r in generated for _, e in r.replays]
+    depths = [int(ep.start_depth) for ep in replays]
+    hist: list[int] = (
+        np.bincount(np.asarray(depths, dtype=np.int64), minlength=parts.max_turns + 1).tolist()
+        if depths
+        else []
+    )
+    tokens = int(sum(r.sampled_tokens for r in generated))
+    record: dict[str, Any] = {
+        "step": step,
+        "method": method.name,
+        "allocation": used.name,
+        "predictor_warm": float(warm),
+        "budget_spent": (
+            float(len(roots) + sum(spent_units) / UNITS_PER_ROLLOUT)
+            if parts.accounting == "token"
+            else float(sum(r.spent for r in generated))
+        ),
+        "budget_total": shape.total,
+        # over every group generated this step (dapo: the dropped ones too); trained_*: the groups trained on
+        "effective_ratio": effective_ratio([r.tree for r in generated]) if generated else 0.0,
+        "trained_effective_ratio": effective_ratio(trees) if trees else 0.0,
+        "trained_groups": len(trees),
+        "gen_batches": draws,
+        "mixed_sibling_share": mixed_sibling_share(trees) if trees else float("nan"),
+        "signal_path_share": (
+            update_metrics["rows"] / update_metrics["paths"] if update_metrics.get("paths") else 0.0
+        ),
+        "adv_sq_per_token": signal_per_token(update_metrics.get("adv_sq", 0.0), tokens),
+        "optimizer_steps": int(update_metrics.get("optimizer_steps", 0)),
+        "success_rate": float(np.mean([e.reward for e in roots])) if roots else 0.0,
+        "skip_rate": 1.0 - plan_active / max(len(pool), 1),
+        "active_prompts": plan_active,
+        "root_rollouts": len(roots),
+        "replays": len(replays),
+        "rollouts_generated": len(roots) + len(replays),
+        "fresh_rollouts": sum(r.fresh for r in generated),
+        "fresh_rollouts_on_mixed": fresh_rollouts_on_mixed(generated),
+        "replay_depths": [int(x) for x in hist],
+        "rollouts_per_active_prompt": (len(roots) + len(replays)) / max(plan_active, 1),
+        "turns_per_rollout": float(np.mean([len(e.turns) for e in roots])) if roots else 0.0,
+        "tokens_generated": tokens,
+        "tool_calls": sum(_tool_calls(t.info) for e in roots + replays for t in e.turns),
+        "wall_s": wall,
+        "time_generation_s": parts.timers.get("generation", 0.0),
+        "time_tools_s": parts.timers.get("tools", 0.0),
+        "time_predictor_s": parts.timers.get("predictor", 0.0),
+        "time_allocation_s": parts.timers.get("allocation", 0.0),
+        "time_update_s": parts.timers.get("update", 0.0),
     }
+    record.update(replay_flips(generated))
+    record["predictor_share"] = record["time_predictor_s"] / wall if wall > 0 else 0.0
+    record.update(_predictor_fields(pred_metrics))
+    record["predictor_warm"] = float(
+        warm
+    )  # the state the allocation used (the online trainer reports it after training)
+    record.update({f"update_{k}": v for k, v in update_metrics.items()})
+    if depths:
+        record["replay_depth_histogram"] = replay_depth_histogram([r.tree for r in generated]).tolist()
+    return record, results
+
+
+def _run_roots_and_prefixes(
+    plan: RootPlan,
+    pool: Sequence[Task],
+    used: Method,
+    shape: BudgetShape,
+    parts: StepParts,
+    rng: np.random.Generator,
+    prompt_rngs: Mapping[str, np.random.Generator],
+    spent_units: list[int],
+) -> list[PromptResult]:
+    """Stage 3 of one root plan: roots, then each prompt's prefix expansion as soon as its roots return;
+    generation, tool and in-step predictor/allocation seconds go to ``parts.timers``."""
     t0 = time.perf_counter()
     inside0 = parts.timers.get("predictor", 0.0) + parts.timers.get("allocation", 0.0)
     tools0 = _tool_seconds(parts.env_factory)
@@ -254,76 +372,56 @@ def training_step(
     parts.tick("tools", tools)
     # rollout wall time with no tool call running (tool calls overlap generation in worker threads)
     parts.tick("generation", max(time.perf_counter() - t0 - inside - tools, 0.0))
-    trees = [r.tree for r in results]
+    return results
 
-    # 4. refresh the predictor on the bottom-up targets
-    t0 = time.perf_counter()
-    weighting: Literal["uniform", "leaves"] = (
-        "leaves" if getattr(parts.predictor, "example_weighting", "uniform") == "leaves" else "uniform"
-    )
-    examples = [
-        ex
-        for r in results
-        for ex in node_examples(r.tree, r.task.prompt, max_chars=parts.max_chars, weighting=weighting)
-    ]
-    pred_metrics = parts.online.observe_step(examples) if examples else {}
-    parts.tick("predictor", time.perf_counter() - t0)
 
-    # 5. update the policy on the trees
-    t0 = time.perf_counter()
-    update_metrics = parts.update_policy(trees) if trees else {}
-    parts.tick("update", time.perf_counter() - t0)
-
-    wall = time.perf_counter() - t_start
-    roots = [e for r in results for e in r.roots]
-    replays = [e for r in results for _, e in r.replays]
-    depths = [int(ep.start_depth) for ep in replays]
-    hist: list[int] = (
-        np.bincount(np.asarray(depths, dtype=np.int64), minlength=parts.max_turns + 1).tolist()
-        if depths
-        else []
-    )
-    record: dict[str, Any] = {
-        "step": step,
-        "method": method.name,
-        "allocation": used.name,
-        "predictor_warm": float(warm),
-        "budget_spent": (
-            float(len([e for r in results for e in r.roots]) + sum(spent_units) / UNITS_PER_ROLLOUT)
-            if parts.accounting == "token"
-            else float(sum(r.spent for r in results))
-        ),
-        "budget_total": shape.total,
-        "effective_ratio": effective_ratio(trees) if trees else 0.0,
-        "success_rate": float(np.mean([e.reward for e in roots])) if roots else 0.0,
-        "skip_rate": 1.0 - plan.num_active / max(len(pool), 1),
-        "active_prompts": plan.num_active,
-        "root_rollouts": len(roots),
-        "replays": len(replays),
-        "fresh_rollouts": sum(r.fresh for r in results),
-        "fresh_rollouts_on_mixed": fresh_rollouts_on_mixed(results),
-        "replay_depths": [int(x) for x in hist],
-        "rollouts_per_active_prompt": (len(roots) + len(replays)) / max(plan.num_active, 1),
-        "turns_per_rollout": float(np.mean([len(e.turns) for e in roots])) if roots else 0.0,
-        "tokens_generated": int(sum(r.sampled_tokens for r in results)),
-        "tool_calls": sum(_tool_calls(t.info) for e in roots + replays for t in e.turns),
-        "wall_s": wall,
-        "time_generation_s": parts.timers.get("generation", 0.0),
-        "time_tools_s": parts.timers.get("tools", 0.0),
-        "time_predictor_s": parts.timers.get("predictor", 0.0),
-        "time_allocation_s": parts.timers.get("allocation", 0.0),
-        "time_update_s": parts.timers.get("update", 0.0),
+def _prompt_rngs(pool: Sequence[Task], rng: np.random.Generator) -> dict[str, np.random.Generator]:
+    """One generator per prompt, drawn in pool order before the rollouts start (see `prefix_callback`)."""
+    return {
+        t.id: np.random.default_rng(int(x))
+        for t, x in zip(pool, rng.integers(2**63 - 1, size=len(pool)), strict=True)
     }
-    record.update(replay_flips(results))
-    record["predictor_share"] = record["time_predictor_s"] / wall if wall > 0 else 0.0
-    record.update(_predictor_fields(pred_metrics))
-    record["predictor_warm"] = float(
-        warm
-    )  # the state the allocation used (the online trainer reports it after training)
-    record.update({f"update_{k}": v for k, v in update_metrics.items()})
-    if depths:
-        record["replay_depth_histogram"] = replay_depth_histogram(trees).tolist() if trees else []
-    return record, results
+
+
+def _dynamic_sampling(
+    pool: Sequence[Task],
+    used: Method,
+    shape: BudgetShape,
+    parts: StepParts,
+    rng: np.random.Generator,
+    budget_left: float | None,
+) -> tuple[list[PromptResult], list[PromptResult], int]:
+    """DAPO dynamic sampling (Yu et al. 2025, arXiv 2503.14476, Sec. 3.2; verl's DAPO recipe, NeMo-RL).
+
+    Draw batches of ``shape.batch_size`` prompts not drawn yet this step (uniformly at random from the pool),
+    ``shape.group_size`` rollouts each; keep the groups whose rewards are mixed; stop once ``batch_size`` mixed
+    groups are kept, ``parts.max_gen_batches`` batches were drawn, the pool has no full batch left, or the next
+    draw would overspend ``budget_left``. The kept groups are cut to ``batch_size`` (verl keeps the first
+    train_batch_size groups). Where verl raises once its cap is reached, this step trains on what it filled
+    (a run must not stop halfway); every rollout generated, kept or dropped, is spent.
+
+    Returns:
+        (every group generated, the groups trained on, the number of batches drawn).
+    """
+    batch, n = shape.batch_size, shape.group_size
+    order = rng.permutation(len(pool))
+    prompt_rngs = _prompt_rngs(pool, rng)
+    generated: list[PromptResult] = []
+    kept: list[PromptResult] = []
+    draws = 0
+    spent = 0.0
+    while len(kept) < batch and draws < parts.max_gen_batches and (draws + 1) * batch <= len(pool):
+        if budget_left is not None and spent + batch * n > budget_left + 1e-9:
+            break
+        rollouts = np.zeros(len(pool), dtype=np.int64)
+        rollouts[order[draws * batch : (draws + 1) * batch]] = n
+        plan = RootPlan(rollouts=rollouts, replay_budget=np.zeros(len(pool)), method=used.name)
+        results = _run_roots_and_prefixes(plan, pool, used, shape, parts, rng, prompt_rngs, [])
+        draws += 1
+        spent += sum(r.spent for r in results)
+        generated.extend(results)
+        kept.extend(r for r in results if is_effective(r.tree))
+    return generated, kept[:batch], draws
 
 
 def fresh_rollouts_on_mixed(results: Sequence[PromptResult]) -> int:

@@ -2,9 +2,18 @@
 
 Each root-to-leaf path is one training sequence (prompt ids + the sampled turn ids, never re-tokenised);
 model tokens carry the advantage, tool/observation tokens are masked (trace_rl.advantages.token_advantages,
-shared prefixes counted "per_path"). Sequences whose tokens all have (about, 1e-6) zero advantage contribute no gradient and
-are dropped before the forward pass (they would only dilute token-mean aggregation). The log-probabilities
-are recomputed under softmax(logits / temperature), the distribution the engine sampled from.
+shared prefixes counted "per_path"). The log-probabilities are recomputed under softmax(logits / temperature),
+the distribution the engine sampled from.
+
+Loss normalisation follows verl's `agg_loss` over the whole minibatch (``zero_advantage_rows="count"``, the
+default): a path whose token advantages are all (about, 1e-6) zero still counts in the denominator, its tokens
+for token-mean and its sequence for the seq-mean modes, so a step's gradient shrinks with its share of unmixed
+groups, as in verl and TRL. Its forward pass is skipped (it contributes 0 to the numerator) unless a KL penalty
+needs it. ``zero_advantage_rows="drop"`` removes such paths before the loss (the denominator counts only paths
+with signal), which makes every step's gradient the same size whatever its share of unmixed groups.
+
+Optimisation is equal across methods: ``minibatches`` optimizer steps per epoch whatever the number of paths
+(paths split evenly in a random order), so a method that keeps more paths does not also get more optimizer steps.
 """
 
 from __future__ import annotations
@@ -38,16 +47,49 @@ class UpdateSettings:
     kl_coef: float = 0.0
     loss_agg: str = "token-mean"
     epochs: int = 1
-    minibatch: int = 32
+    minibatch: int = 0
     max_grad_norm: float = 1.0
     temperature: float = 1.0
     micro_tokens: int = 4096
+    minibatches: int = 1
+    zero_advantage_rows: str = "count"
+    loss_scale_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if (self.minibatches > 0) == (self.minibatch > 0):
+            raise ValueError(
+                "set exactly one of minibatches (optimizer steps per epoch, the same for every method) and "
+                f"minibatch (paths per optimizer step); got minibatches={self.minibatches}, minibatch={self.minibatch}"
+            )
+        if self.minibatches < 0 or self.minibatch < 0 or self.epochs < 1:
+            raise ValueError("minibatches, minibatch must be >= 0 and epochs >= 1")
+        if self.zero_advantage_rows not in ("count", "drop"):
+            raise ValueError(
+                f"zero_advantage_rows must be 'count' or 'drop', got {self.zero_advantage_rows!r}"
+            )
+        if (self.loss_agg == "seq-mean-token-sum-norm") != (self.loss_scale_tokens > 0):
+            raise ValueError(
+                "loss_scale_tokens (Dr. GRPO's constant L) must be > 0 with loss_agg='seq-mean-token-sum-norm' "
+                f"and 0 otherwise; got loss_agg={self.loss_agg!r}, loss_scale_tokens={self.loss_scale_tokens}"
+            )
+
+
+def has_signal(row: PathTokens) -> bool:
+    """Whether any token advantage of a path is farther than ``REWARD_ATOL`` (1e-6) from 0."""
+    return bool(np.any(np.abs(row.advantages) > REWARD_ATOL))
 
 
 def training_rows(trees: Sequence[RolloutTree], settings: UpdateSettings) -> list[PathTokens]:
-    """One PathTokens per leaf of every tree, with the estimator's advantages; rows whose token advantages are
-    all within ``REWARD_ATOL`` (1e-6) of 0 are dropped (no gradient worth its compute, and not counted in the
-    loss's per-row mean)."""
+    """The paths of `path_rows` that carry a gradient signal (`has_signal`); the others are dropped."""
+    return [r for r in path_rows(trees, settings) if has_signal(r)]
+
+
+def path_rows(trees: Sequence[RolloutTree], settings: UpdateSettings) -> list[PathTokens]:
+    """One PathTokens per leaf of every tree (root-to-leaf path), with the estimator's token advantages.
+
+    Raises:
+        ValueError: unknown estimator.
+    """
     try:
         estimate = ESTIMATORS[settings.estimator]
     except KeyError:
@@ -59,7 +101,7 @@ def training_rows(trees: Sequence[RolloutTree], settings: UpdateSettings) -> lis
         if tree.num_leaves == 0:
             continue
         adv = estimate(tree, normalize_std=settings.normalize_std)
-        rows.extend(p for p in token_advantages(tree, adv) if np.any(np.abs(p.advantages) > REWARD_ATOL))
+        rows.extend(token_advantages(tree, adv))
     return rows
 
 
@@ -110,7 +152,11 @@ TOKEN_STATS = ("clip_fraction", "approx_kl")  # means over a minibatch's masked-
 
 
 def micro_batches(
-    batch: Sequence[PathTokens], settings: UpdateSettings
+    batch: Sequence[PathTokens],
+    settings: UpdateSettings,
+    *,
+    total_tokens: float | None = None,
+    total_rows: int | None = None,
 ) -> list[tuple[list[PathTokens], float, float]]:
     """Split a minibatch into forward passes of at most ``settings.micro_tokens`` padded tokens each.
 
@@ -120,6 +166,10 @@ def micro_batches(
     being padded to the minibatch's span), so gradient accumulation over them is exact up to rounding, and the
     token share weighs the token-mean statistics. Rows keep their order; a row longer than the limit gets a
     forward pass of its own. ``micro_tokens = 0`` gives one pass over the whole minibatch.
+
+    ``total_tokens`` / ``total_rows`` (default: those of ``batch``) are the minibatch's denominators when it
+    holds paths that are not forwarded (zero-advantage paths under ``zero_advantage_rows="count"``): their
+    tokens and sequences count in the loss's mean but add 0 to its sum.
     """
     limit = settings.micro_tokens
     groups: list[list[PathTokens]] = []
@@ -133,11 +183,12 @@ def micro_batches(
             groups.append([])
         groups[-1].append(row)
         width = max(width, w)
-    tokens = max(sum(float(r.loss_mask.sum()) for r in batch), 1.0)
+    tokens = max(sum(float(r.loss_mask.sum()) for r in batch) if total_tokens is None else total_tokens, 1.0)
+    count = max(len(batch) if total_rows is None else total_rows, 1)
     out = []
     for g in groups:
         share = sum(float(r.loss_mask.sum()) for r in g) / tokens
-        scale = share if settings.loss_agg == "token-mean" else len(g) / len(batch)
+        scale = share if settings.loss_agg == "token-mean" else len(g) / count
         out.append((g, scale, share))
     return out
 
@@ -173,7 +224,21 @@ def _micro_loss(
         kl_coef=settings.kl_coef if ref is not None else 0.0,
         clip_low=settings.clip,
         loss_agg=settings.loss_agg,  # type: ignore[arg-type]
+        scale_tokens=float(settings.loss_scale_tokens) if settings.loss_scale_tokens > 0 else None,
     )
+
+
+def minibatch_split(n: int, settings: UpdateSettings, rng: np.random.Generator) -> list[np.ndarray]:
+    """Indices of n paths per optimizer step of one epoch, in a random order from ``rng``.
+
+    ``minibatches`` > 0: exactly that many minibatches, sizes differing by at most one (some empty when
+    n < minibatches: an optimizer step with a zero gradient, as in verl); otherwise ceil(n / minibatch)
+    minibatches of ``minibatch`` paths (the last one smaller).
+    """
+    order = rng.permutation(n)
+    if settings.minibatches > 0:
+        return [np.asarray(c, dtype=np.int64) for c in np.array_split(order, settings.minibatches)]
+    return [order[s : s + settings.minibatch] for s in range(0, n, settings.minibatch)]
 
 
 def policy_update(
@@ -188,40 +253,99 @@ def policy_update(
 ) -> dict[str, float]:
     """Clipped-surrogate update of ``model`` on the trees' paths (PPO/GRPO loss, trace_rl.advantages.losses).
 
-    One optimizer step per minibatch of ``settings.minibatch`` paths; each minibatch's gradient is accumulated
-    over forward passes of at most ``settings.micro_tokens`` padded tokens (`micro_batches`: the same gradient,
-    a fraction of the activation memory).
+    ``epochs`` x ``minibatches`` optimizer steps (`minibatch_split`), whatever the number of paths; each
+    minibatch's loss is normalised over all its paths under ``zero_advantage_rows="count"`` (verl's `agg_loss`)
+    or over its paths with signal only under "drop", and its gradient is accumulated over forward passes of at
+    most ``settings.micro_tokens`` padded tokens (`micro_batches`: the same gradient, a fraction of the
+    activation memory). A minibatch with nothing to forward still takes its optimizer step with a zero gradient
+    (Adam's moments keep moving, as in verl), so every method takes the same number of steps.
 
     Returns:
-        mean "loss", "pg_loss", "clip_fraction", "approx_kl", "grad_norm" over minibatches, plus "rows" (training
-        sequences with non-zero advantage) and "tokens" (model tokens trained on).
+        mean "loss", "pg_loss", "clip_fraction", "approx_kl", "grad_norm" over minibatches that had paths to
+        forward, plus "paths" (root-to-leaf paths of the trees), "rows" (paths with a non-zero advantage),
+        "tokens" (model tokens of those rows), "loss_tokens" (model tokens in the loss denominators, all epochs
+        counted once), "optimizer_steps", and "adv_sq" (sum over paths of the squared token advantages on model
+        tokens, the gradient-signal numerator of `trace_rl.metrics.signal_per_token`).
     """
     import torch
 
-    rows = training_rows(trees, settings)
+    paths = path_rows(trees, settings)
+    signal = [has_signal(r) for r in paths]
+    kl_active = settings.kl_coef > 0 and ref_model is not None
+    rows = (
+        paths
+        if settings.zero_advantage_rows == "count"
+        else [r for r, s in zip(paths, signal, strict=True) if s]
+    )
+    live = [
+        s or kl_active
+        for s, r in zip(signal, paths, strict=True)
+        if settings.zero_advantage_rows == "count" or s
+    ]
     stats: dict[str, list[float]] = {}
-    if not rows:
-        return {"rows": 0.0, "tokens": 0.0}
+    steps = 0
     model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
     for _ in range(settings.epochs):
-        order = rng.permutation(len(rows))
-        for start in range(0, len(rows), settings.minibatch):
-            batch = [rows[int(i)] for i in order[start : start + settings.minibatch]]
-            span = max(len(r.token_ids) for r in batch)
+        for chunk in minibatch_split(len(rows), settings, rng):
+            batch = [rows[int(i)] for i in chunk]
+            forward = [rows[int(i)] for i in chunk if live[int(i)]]
             optimizer.zero_grad(set_to_none=True)
             step_stats: dict[str, float] = {}
-            for micro, scale, token_share in micro_batches(batch, settings):
-                loss, info = _micro_loss(model, micro, span, settings, pad_id, ref_model)
-                (loss * scale).backward()  # gradients accumulate to those of the whole minibatch's loss
-                for key, value in {"loss": loss.detach(), **info}.items():
-                    weight = token_share if key in TOKEN_STATS else scale
-                    step_stats[key] = step_stats.get(key, 0.0) + weight * float(value)
-            grad = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+            if forward:
+                span = max(len(r.token_ids) for r in forward)
+                totals = {
+                    "total_tokens": sum(float(r.loss_mask.sum()) for r in batch),
+                    "total_rows": len(batch),
+                }
+                for micro, scale, token_share in micro_batches(forward, settings, **totals):  # type: ignore[arg-type]
+                    loss, info = _micro_loss(model, micro, span, settings, pad_id, ref_model)
+                    (loss * scale).backward()  # gradients accumulate to those of the whole minibatch's loss
+                    for key, value in {"loss": loss.detach(), **info}.items():
+                        weight = token_share if key in TOKEN_STATS else scale
+                        step_stats[key] = step_stats.get(key, 0.0) + weight * float(value)
+            for p in params:  # no signal in this minibatch: the step still happens, with a zero gradient
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            grad = torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
             optimizer.step()
-            for key, value in {**step_stats, "grad_norm": float(grad)}.items():
-                stats.setdefault(key, []).append(value)
+            steps += 1
+            if forward:
+                for key, value in {**step_stats, "grad_norm": float(grad)}.items():
+                    stats.setdefault(key, []).append(value)
     model.eval()
     out = {k: float(np.mean(v)) for k, v in stats.items()}
-    out["rows"] = float(len(rows))
-    out["tokens"] = float(sum(int(r.loss_mask.sum()) for r in rows))
+    kept = [r for r, s in zip(paths, signal, strict=True) if s]
+    out["paths"] = float(len(paths))
+    out["rows"] = float(len(kept))
+    out["tokens"] = float(sum(int(r.loss_mask.sum()) for r in kept))
+    out["loss_tokens"] = float(sum(int(r.loss_mask.sum()) for r in rows))
+    out["optimizer_steps"] = float(steps)
+    out["adv_sq"] = float(sum(float(np.sum(np.square(r.advantages) * r.loss_mask)) for r in paths))
     return out
+
+
+def update_settings(cfg: Any) -> UpdateSettings:
+    """The `UpdateSettings` of a `TrainConfig` (optim section, the sampling temperature, the resolved estimator
+    and Dr. GRPO's constant L = sampling.max_new_tokens x env.max_turns when optim.loss_scale_tokens is 0)."""
+    from trace_rl.train.config import estimator_for
+
+    o = cfg.optim
+    scale = o.loss_scale_tokens
+    if o.loss_agg == "seq-mean-token-sum-norm" and scale == 0:
+        scale = cfg.sampling.max_new_tokens * cfg.env.max_turns
+    return UpdateSettings(
+        estimator=estimator_for(cfg),
+        normalize_std=o.normalize_std,
+        clip=o.clip,
+        kl_coef=o.kl_coef,
+        loss_agg=o.loss_agg,
+        epochs=o.epochs,
+        minibatch=o.minibatch,
+        max_grad_norm=o.max_grad_norm,
+        temperature=cfg.sampling.temperature,
+        micro_tokens=o.micro_tokens,
+        minibatches=o.minibatches,
+        zero_advantage_rows=o.zero_advantage_rows,
+        loss_scale_tokens=scale,
+    )
