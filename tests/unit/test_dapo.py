@@ -95,7 +95,7 @@ def test_groups_that_always_agree_draw_to_the_cap_and_spend_everything() -> None
     record, results, trained = run_dapo([0.0] * 64, cap=3)
     assert record["gen_batches"] == 3
     assert record["budget_spent"] == 3 * 8 == record["rollouts_generated"] == record["root_rollouts"]
-    assert record["trained_groups"] == 0 and results == [] and trained == []  # nothing to train on
+    assert record["trained_groups"] == 0 and results == [] and trained == [0]  # zero-gradient steps only
     assert record["effective_ratio"] == 0.0
 
 

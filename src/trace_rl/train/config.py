@@ -112,7 +112,8 @@ class BudgetSection:
         accounting: "paper" (a replay costs replay_cost) or "token" (a replay costs its expected remaining
             tokens relative to a full rollout, in integer units for the exact prefix knapsack).
         max_num_gen_batches: `dapo` only: the most batches of batch_size prompts x n rollouts one step may draw
-            while filling its batch with mixed groups (verl's DAPO recipe name; docs/allocation.md).
+            while filling its batch with mixed groups (verl's DAPO recipe name; docs/allocation.md); 0 = as many
+            as the step's candidate pool holds (env.pool_size // batch_size).
     """
 
     roots: int = 32
@@ -122,7 +123,7 @@ class BudgetSection:
     min_rollouts: int = 2
     max_rollouts: int | None = 16
     accounting: str = "paper"
-    max_num_gen_batches: int = 4
+    max_num_gen_batches: int = 0
 
 
 @dataclass(frozen=True)
@@ -505,7 +506,11 @@ def validate(cfg: TrainConfig) -> None:
         "optim.minibatch (paths per step); set the other to 0",
     )
     need(cfg.total_budget >= 0, "total_budget", "must be >= 0 (0: the run ends after `steps` steps)")
-    need(cfg.budget.max_num_gen_batches >= 1, "budget.max_num_gen_batches", "must be at least 1")
+    need(
+        cfg.budget.max_num_gen_batches >= 0,
+        "budget.max_num_gen_batches",
+        "must be >= 0 (0 = the pool's limit)",
+    )
     need(cfg.optim.lr > 0, "optim.lr", "must be > 0")
     need(0 < cfg.optim.clip < 1, "optim.clip", "must lie in (0, 1)")
     need(cfg.optim.kl_coef >= 0, "optim.kl_coef", "must be >= 0")

@@ -285,7 +285,7 @@ class Trainer:
             max_concurrency=cfg.sampling.max_concurrency,
             accounting=cfg.budget.accounting,
             max_chars=int(getattr(self.predictor, "max_chars", 2048)),  # score the texts it trains on
-            max_gen_batches=cfg.budget.max_num_gen_batches,
+            max_gen_batches=cfg.budget.max_num_gen_batches or cfg.env.pool_size // self.shape.batch_size,
         )
         if ckpt is not None:
             self._load_checkpoint(ckpt)

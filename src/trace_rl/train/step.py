@@ -268,7 +268,9 @@ def training_step(
 
     # 5. update the policy on the trees
     t0 = time.perf_counter()
-    update_metrics = parts.update_policy(trees) if trees else {}
+    update_metrics = parts.update_policy(
+        trees
+    )  # no trees (a dapo step that filled nothing): zero-gradient steps
     parts.tick("update", time.perf_counter() - t0)
 
     wall = time.perf_counter() - t_start
