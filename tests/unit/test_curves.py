@@ -196,3 +196,42 @@ def test_compare_pairs_only_the_seeds_where_both_runs_define_a_number() -> None:
     reach = out["rollouts_to_baseline_final"]
     assert (reach["mean"], reach["n"]) == (pytest.approx(-180.0), 2.0)  # (-120 - 240) / 2 over two pairs
     assert "auc" not in out  # not logged by either: no row, never a made-up 0
+
+
+def test_report_names_the_run_whose_log_counts_a_step_twice(tmp_path) -> None:
+    import json
+
+    from tests.report_examples import write_run
+    from trace_rl.metrics.report import write_report
+
+    records = write_run(tmp_path, "trace", steps=3)
+    with (tmp_path / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps(records[1]) + "\n")  # step 1 again
+    with pytest.raises(ValueError, match=r"trace seed 0 \(its metrics\.jsonl\): training step\(s\) \[1\]"):
+        write_report(tmp_path)
+
+
+def test_compare_prints_the_curve_and_cost_table() -> None:
+    from trace_rl.cli.compare import curve_lines
+
+    result = {
+        "curves": {"baseline": "grpo", "auc_range": {"low": 0.0, "high": 640.0}},
+        "methods": {
+            "grpo": {"seeds": 2, "final_accuracy": 0.35, "auc": 0.3, "rollouts_to_baseline_final": 480.0}
+            | {"rollouts_to_baseline_final_reached": 2, "rollouts_generated": 64.0, "tool_calls_total": 40.0},
+            "dapo": {"seeds": 2, "final_accuracy": 0.315, "rollouts_to_baseline_final_reached": 0},
+        },
+        "paired": {
+            "dapo-grpo": {"final_accuracy": {"mean": -0.035, "ci_low": -0.05, "ci_high": -0.02, "n": 2.0}}
+        },
+    }
+    lines = curve_lines(result)
+    assert "generated rollouts 0..640" in lines[0]
+    assert (
+        "final=0.350 auc=0.300 reach=480 (2/2 seeds) rollouts=64.0/-" in lines[1]
+        and "tool_calls=-/40" in lines[1]
+    )
+    assert "final=0.315 auc=- reach=- (0/2 seeds)" in lines[2]
+    assert (
+        lines[3].split() == "dapo-grpo final -0.035 [-0.050, -0.020] (n=2) (paired 95% t-intervals)".split()
+    )

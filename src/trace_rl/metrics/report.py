@@ -262,7 +262,20 @@ AXIS_LABELS = {
 
 
 def _curves(runs: Runs) -> dict[str, list[LearningCurve]]:
-    return {label: [learning_curve(recs) for recs in seeds] for label, seeds in runs.items()}
+    """Every run's learning curve (trace_rl.metrics.curves.learning_curve).
+
+    Raises:
+        ValueError: a run's log counts a step twice; the message names the method and seed.
+    """
+    out: dict[str, list[LearningCurve]] = {}
+    for label, seeds in runs.items():
+        out[label] = []
+        for k, recs in enumerate(seeds):
+            try:
+                out[label].append(learning_curve(recs))
+            except ValueError as err:
+                raise ValueError(f"{label} seed {k} (its metrics.jsonl): {err}") from err
+    return out
 
 
 def _learning_curve_plot(
@@ -609,9 +622,9 @@ COST_COLUMNS = (  # (key of run_cost, header)
 )
 
 
-def _curve_tables(runs: Runs, curves: Mapping[str, Sequence[LearningCurve]]) -> str:
-    """Final accuracy, AUC and rollouts to the baseline's final accuracy with paired intervals, then the cost as
-    generated; the baseline is the first method (compare's first --methods entry)."""
+def _curve_table(curves: Mapping[str, Sequence[LearningCurve]]) -> str:
+    """Final accuracy, AUC and rollouts to the baseline's final accuracy with paired intervals; the baseline is the
+    first method (compare's first --methods entry). Empty when no run was evaluated."""
     labels = list(curves)
     if not labels or not any(c.step.size for seeds in curves.values() for c in seeds):
         return ""
@@ -670,11 +683,15 @@ def _curve_tables(runs: Runs, curves: Mapping[str, Sequence[LearningCurve]]) -> 
         "evaluations); its share divides by that baseline run's generated rollouts. Mean over seeds ± 95 % "
         "Student-t half-width; differences are paired by seed: mean [95 % t-interval]."
     )
-    out = (
+    return (
         f"<h2>Learning curves at equal generated budget (baseline {_e(baseline)})</h2>"
         f"<table data-role='curve-table'>{head}{''.join(body)}</table><p class='sub'>{_e(note)}</p>"
     )
-    costs = {label: [run_cost(recs) for recs in seeds] for label, seeds in runs.items() if label in curves}
+
+
+def _cost_table(runs: Runs) -> str:
+    """Generated rollouts, rollout-equivalents, tokens and tool calls per step and in total, per method."""
+    costs = {label: [run_cost(recs) for recs in seeds] for label, seeds in runs.items()}
     head = "<tr><th>method</th>" + "".join(f"<th>{_e(h)}</th>" for _, h in COST_COLUMNS) + "</tr>"
     body = []
     fallback = False
@@ -694,11 +711,10 @@ def _curve_tables(runs: Runs, curves: Mapping[str, Sequence[LearningCurve]]) -> 
     note = "Cost as generated: mean over seeds ± 95 % Student-t half-width of each run's mean per step and total."
     if fallback:
         note += " *: some steps did not log rollouts_generated; their budget_spent stands in."
-    out += (
+    return (
         f"<h2>Cost as generated</h2><table data-role='cost-table'>{head}{''.join(body)}</table>"
         f"<p class='sub'>{_e(note)}</p>"
     )
-    return out
 
 
 def _sft_of(root: Path) -> dict[str, Any] | None:
@@ -784,7 +800,7 @@ def write_report(folder: str | Path) -> Path:
             f"{seeds} seeds each"
         )
         summary = "<h2>Methods at equal budget</h2>" + _compare_table(comparison)
-        summary += _curve_tables(runs, curves)
+        summary += _curve_table(curves) + _cost_table(runs)
         shares = {label: time_shares(train_records(recs)) for label, recs in _pooled(runs).items()}
         if any(shares.values()):
             summary += _time_table({label: share for label, share in shares.items() if share})
