@@ -6,16 +6,27 @@ filled up or a copy that was cut off, a file damaged later): `checkpoint_problem
 loads without reading the tensors themselves (the JSON files parsed, torch's zip archives opened with
 ``mmap``, the safetensors headers and their coverage of each file checked), and `resumable_checkpoint` falls
 back from an unreadable newest checkpoint to the previous readable one, with one warning line.
+
+`save_checkpoint` writes one (policy, optimizer, predictor, RNG states, data position); `load_checkpoint` restores
+them into a run's parts and drops the metrics of the steps the resumed run redoes.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import random
+import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from trace_rl.train.config import TrainConfig
+from trace_rl.train.rundir import json_default, read_metrics
 
 STATE_FILE = "state.json"
 TORCH_FILES = ("optimizer.pt", "predictor.pt", "rng.pt")
+KEEP_CHECKPOINTS = 2
 
 
 def checkpoint_step(ckpt: Path) -> int:
@@ -100,6 +111,96 @@ def finished_run(out: str | Path) -> bool:
     return bool(json.loads((ckpts[-1] / STATE_FILE).read_text()).get("finished", False))
 
 
+def latest_checkpoint(out: Path) -> Path | None:
+    """The newest complete checkpoints/step_<N> under ``out`` (one with a state.json), or None."""
+    ckpts = complete_checkpoints(out)
+    return ckpts[-1] if ckpts else None
+
+
+def save_checkpoint(
+    out: Path,
+    step: int,
+    *,
+    cfg: TrainConfig,
+    policy: Any,
+    optimizer: Any,
+    predictor: Any,
+    online: Any,
+    cursor: Any,
+    rng: Any,
+    budget_spent: float = 0.0,
+    finished: bool = False,
+) -> Path:
+    """Atomically write checkpoints/step_<step>/ (write to a temporary folder, then rename); keeps the newest
+    ``KEEP_CHECKPOINTS``. ``cursor`` is the run's `DataCursor`, ``rng`` its numpy Generator, ``budget_spent`` the
+    rollout-equivalents of the steps done, ``finished`` marks the run's last step (`finished_run`)."""
+    import torch
+
+    root = out / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step}"
+    for stale in root.glob(".tmp_step_*"):  # left by a kill during an earlier save
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = root / f".tmp_step_{step}_{os.getpid()}"
+    tmp.mkdir()
+    policy.save(tmp / "policy")
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    torch.save(
+        {"predictor": predictor.state_dict(), "online": online.state_dict()},
+        tmp / "predictor.pt",
+    )
+    torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
+    state = {
+        "step": step,
+        "cursor": {"epoch": cursor.epoch, "index": cursor.index},
+        "numpy_rng": rng.bit_generator.state,
+        "config": cfg.to_dict(),
+        "budget_spent": budget_spent,
+        "finished": finished,
+    }
+    (tmp / "state.json").write_text(json.dumps(state, default=json_default))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    for old in sorted(root.glob("step_*"), key=lambda p: int(p.name.split("_")[1]))[:-KEEP_CHECKPOINTS]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(
+    ckpt: Path,
+    out: Path,
+    *,
+    optimizer: Any,
+    predictor: Any,
+    online: Any,
+    cursor: Any,
+    rng: Any,
+) -> dict[str, Any]:
+    """Restore a `save_checkpoint` folder into the run's parts (the policy is loaded from ckpt/policy by the
+    caller) and drop the records of later steps from out/metrics.jsonl (they are redone). Returns the
+    checkpoint's state.json (``step``, ``budget_spent``, ``finished``, ...)."""
+    import torch
+
+    state: dict[str, Any] = json.loads((ckpt / "state.json").read_text())
+    optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))
+    pred = torch.load(ckpt / "predictor.pt", weights_only=False)
+    predictor.load_state_dict(pred["predictor"])
+    online.load_state_dict(pred["online"])
+    rng_state = torch.load(ckpt / "rng.pt", weights_only=False)
+    torch.set_rng_state(rng_state["torch"])
+    random.setstate(rng_state["python"])
+    rng.bit_generator.state = state["numpy_rng"]
+    cursor.epoch, cursor.index = state["cursor"]["epoch"], state["cursor"]["index"]
+    # every step after the checkpoint is redone, so its log lines go
+    path = out / "metrics.jsonl"
+    kept = [r for r in read_metrics(path) if int(r.get("step", 0)) <= state["step"]]
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    os.replace(tmp, path)
+    return state
+
+
 def _skip_warning(skipped: list[tuple[Path, str]], then: str) -> str:
     noun = "checkpoint" if len(skipped) == 1 else "checkpoints"
     names = ", ".join(p.name for p, _ in skipped)
@@ -107,10 +208,14 @@ def _skip_warning(skipped: list[tuple[Path, str]], then: str) -> str:
 
 
 __all__ = [
+    "KEEP_CHECKPOINTS",
     "checkpoint_problem",
     "checkpoint_step",
     "complete_checkpoints",
     "completed_step",
     "finished_run",
+    "latest_checkpoint",
+    "load_checkpoint",
     "resumable_checkpoint",
+    "save_checkpoint",
 ]

@@ -10,18 +10,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import types
-import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trace_rl.train.config_parse import ConfigError, build, merge, parse_override, read_yaml
+
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
-
-
-class ConfigError(ValueError):
-    """An invalid config: the message names the key and the problem in one line."""
 
 
 @dataclass(frozen=True)
@@ -247,112 +243,9 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-# ------------------------------------------------------------------------------------------- building
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _coerce(value: Any, hint: Any, key: str) -> Any:
-    """Convert a YAML/CLI value to the field's type, or raise ConfigError naming the key."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
-            return None
-        return _coerce(value, args[0], key)
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
-        raise ConfigError(f"{key}: expected true or false, got {value!r}")
-    if hint is int:
-        if isinstance(value, bool):
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
-        try:
-            f = float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
-        if f != int(f):
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
-        return int(f)
-    if hint is float:
-        if isinstance(value, bool):
-            raise ConfigError(f"{key}: expected a number, got {value!r}")
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{key}: expected a number, got {value!r}") from None
-    if hint is str:
-        if not isinstance(value, str | int | float):
-            raise ConfigError(f"{key}: expected a string, got {value!r}")
-        return str(value)
-    if origin is dict or hint is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        return dict(value)
-    return value
-
-
-def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
-    hints = _hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    kwargs: dict[str, Any] = {}
-    for key, value in data.items():
-        full = f"{prefix}{key}"
-        if key not in names:
-            raise ConfigError(f"{full}: unknown key (known: {', '.join(sorted(names))})")
-        hint = hints[key]
-        if dataclasses.is_dataclass(hint):
-            if not isinstance(value, dict):
-                raise ConfigError(f"{full}: expected a section (mapping), got {value!r}")
-            kwargs[key] = _build(hint, value, f"{full}.")  # type: ignore[arg-type]
-        else:
-            kwargs[key] = _coerce(value, hint, full)
-    return cls(**kwargs)
-
-
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
-def _parse_override(item: str) -> dict[str, Any]:
-    import yaml
-
-    if "=" not in item:
-        raise ConfigError(f"override {item!r}: expected section.key=value")
-    key, raw = item.split("=", 1)
-    parts = key.strip().split(".")
-    if not all(parts):
-        raise ConfigError(f"override {item!r}: expected section.key=value")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    tree: dict[str, Any] = {parts[-1]: value}
-    for p in reversed(parts[:-1]):
-        tree = {p: tree}
-    return tree
-
-
 def preset_names() -> list[str]:
     """Names of the shipped presets (YAML files in trace_rl/train/presets)."""
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a config file must be a mapping of sections")
-    return data
 
 
 def load_config(
@@ -370,23 +263,23 @@ def load_config(
         path = PRESET_DIR / f"{preset}.yaml"
         if not path.exists():
             raise ConfigError(f"unknown preset {preset!r} (known: {', '.join(preset_names())})")
-        data = _read_yaml(path)
+        data = read_yaml(path)
         data.setdefault("preset", preset)
     elif file is not None:
         path = Path(file)
         if not path.exists():
             raise ConfigError(f"config file {str(path)!r} does not exist")
-        data = _read_yaml(path)
+        data = read_yaml(path)
     for item in overrides:
-        data = _merge(data, _parse_override(item))
-    cfg = _build(TrainConfig, data, "")
+        data = merge(data, parse_override(item))
+    cfg = build(TrainConfig, data, "")
     validate(cfg)
     return cfg
 
 
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:
     """Rebuild a config saved with `TrainConfig.to_dict` (used by --resume)."""
-    cfg = _build(TrainConfig, data, "")
+    cfg = build(TrainConfig, data, "")
     validate(cfg)
     return cfg
 
@@ -399,7 +292,7 @@ def with_overrides(cfg: TrainConfig, overrides: Sequence[str]) -> TrainConfig:
     """
     data = cfg.to_dict()
     for item in overrides:
-        data = _merge(data, _parse_override(item))
+        data = merge(data, parse_override(item))
     return config_from_dict(data)
 
 

@@ -1,42 +1,54 @@
-"""The training run: set-up, warm start, the step loop, evaluation, logging, checkpoints and resume.
+"""The training run: set-up of a run's parts, the step loop, and `train` (new run, resume or overwrite).
 
-Output folder layout::
-
-    DIR/config.json                  the resolved config
-    DIR/metrics.jsonl                one record per training step (and "eval" records), each step exactly once
-    DIR/tb/                          TensorBoard event files
-    DIR/sft/                         the warm-started policy (when policy.sft_steps > 0) and sft.json
-    DIR/checkpoints/step_<N>/        policy, optimizer, predictor, RNG states, data position (atomic)
+The run's other jobs live next to it: the supervised warm start in `trace_rl.train.warm_start`, the held-out
+evaluation in `trace_rl.train.evaluation`, checkpoints in `trace_rl.train.checkpoint`, and the run folder (its
+layout, metrics.jsonl, config.json, the CLI's helpers) in `trace_rl.train.rundir`. Their public names stay
+importable from here.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
-import shutil
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from trace_rl.train.checkpoint import complete_checkpoints, resumable_checkpoint
-from trace_rl.train.config import TrainConfig, budget_shape, config_from_dict
-
-KEEP_CHECKPOINTS = 2
-
-
-class WarmStartError(ValueError):
-    """The configured warm start did not reach any success on its probe prompts: RL would get no signal.
-
-    A ValueError because the fix is a config value (more ``policy.sft_steps``, or ``policy.require_jump: false``);
-    the CLI reports it as one error line.
-    """
+from trace_rl.train.checkpoint import (
+    KEEP_CHECKPOINTS,
+    latest_checkpoint,
+    load_checkpoint,
+    resumable_checkpoint,
+    save_checkpoint,
+)
+from trace_rl.train.config import TrainConfig, budget_shape
+from trace_rl.train.evaluation import evaluate_held_out
+from trace_rl.train.rundir import (
+    RUN_DIRS,
+    RUN_FILES,
+    append_jsonl,
+    check_same_config,
+    clear_run,
+    progress_bar,
+    read_metrics,
+    resume_config,
+    summarize,
+    tb_write,
+    tensorboard,
+)
+from trace_rl.train.warm_start import (
+    PROBE_FILE,
+    WarmStartError,
+    save_probe_outcomes,
+    warm_start_policy,
+    warm_start_predictor,
+)
 
 
 class TimedEnvFactory:
@@ -114,54 +126,6 @@ class DataCursor:
             if self.index >= self.n:
                 self.epoch, self.index = self.epoch + 1, 0
         return out
-
-
-def _strict(x: Any) -> Any:
-    """NaN and infinities become null, so every line is strict JSON (jq, JavaScript)."""
-    if isinstance(x, float) and not np.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _strict(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_strict(v) for v in x]
-    return x
-
-
-def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    with path.open("a") as fh:
-        fh.write(json.dumps(_strict(record), default=_json_default, allow_nan=False) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def _json_default(x: Any) -> Any:
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, np.floating):
-        return float(x)
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    raise TypeError(f"not JSON serialisable: {type(x)}")
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Records of a metrics.jsonl (a torn last line from a kill is ignored)."""
-    out: list[dict[str, Any]] = []
-    p = Path(path)
-    if not p.exists():
-        return out
-    for line in p.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
-
-
-def latest_checkpoint(out: Path) -> Path | None:
-    """The newest complete checkpoints/step_<N> under ``out`` (one with a state.json), or None."""
-    ckpts = complete_checkpoints(out)
-    return ckpts[-1] if ckpts else None
 
 
 class Trainer:
@@ -291,159 +255,6 @@ class Trainer:
             self._load_checkpoint(ckpt)
         (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
 
-    def _warm_start(self) -> None:
-        """Supervised warm start on gold trajectories; verifies the copy-learning jump happened.
-
-        Probes sample 8 episodes (temperature 1) on each of the first ``policy.sft_probe_prompts`` training
-        prompts. With ``policy.sft_stop_success`` > 0 it stops at the first probe meeting the stop rule (success
-        and mixed share) and raises `WarmStartError` when the step cap comes first. The last probe's outcomes are
-        saved with the policy (probe_outcomes.json) to warm-start the predictor.
-        """
-        import asyncio
-
-        from trace_rl.envs import gold_trajectory, load_tasks, make_env
-        from trace_rl.policy.sft import SFTConfig, build_sft_examples, train_sft
-        from trace_rl.rollout.agent import ChatCodec
-        from trace_rl.rollout.backends import SamplingParams
-        from trace_rl.rollout.engine import LocalEngine
-        from trace_rl.rollout.evaluate import sample_rewards, spread_metrics
-
-        cfg = self.cfg
-        pol = cfg.policy
-        sft_dir = self.out / "sft"
-        tasks = (
-            self.tasks
-            if pol.sft_task_kwargs is None
-            else load_tasks(cfg.env.name, "train", cfg.env.train_limit, cfg.seed, **pol.sft_task_kwargs)
-        )
-        gold = [gold_trajectory(t) for t in tasks]
-        examples = build_sft_examples(
-            tasks,
-            gold,
-            lambda: make_env(cfg.env.name),
-            self.policy.tokenizer,
-            render_tools=pol.render_tools,
-        )
-        probe = tasks[: min(pol.sft_probe_prompts, len(tasks))]
-        codec = ChatCodec(self.policy.tokenizer, render_tools=pol.render_tools)
-        sampling = SamplingParams(max_new_tokens=cfg.sampling.max_new_tokens, temperature=1.0, seed=cfg.seed)
-        last: dict[str, Any] = {}
-
-        def sample(prompts: list[Any]) -> Any:
-            engine = LocalEngine(self.policy, max_batch=64)
-            return asyncio.run(
-                sample_rewards(
-                    engine,
-                    lambda: make_env(cfg.env.name),
-                    codec,
-                    prompts,
-                    sampling,
-                    samples=8,
-                    max_turns=cfg.env.max_turns,
-                )
-            )
-
-        def evaluate(step: int) -> dict[str, float]:
-            last["rewards"] = sample(probe)
-            return spread_metrics(last["rewards"])
-
-        stop_rule = pol.sft_stop_success > 0
-
-        def stop(metrics: dict[str, float]) -> bool:
-            return (
-                metrics.get("mean_success", 0.0) >= pol.sft_stop_success
-                and metrics.get("mixed_share", 0.0) >= pol.sft_stop_mixed
-            )
-
-        every = (
-            pol.sft_eval_every if stop_rule else max(math.ceil(pol.sft_steps / pol.sft_evals), 1)
-        )  # without a stop rule the last probe falls on the last step
-        sft_cfg = SFTConfig(
-            steps=pol.sft_steps,
-            batch_size=pol.sft_batch,
-            lr=pol.sft_lr,
-            eval_every=every,
-            seed=cfg.seed,
-            min_steps=pol.sft_min_steps,
-        )
-        rule = (
-            f"; stops at probe success >= {pol.sft_stop_success:g} and mixed share >= {pol.sft_stop_mixed:g}"
-            if stop_rule
-            else ""
-        )
-        self.log(
-            f"warm start: up to {pol.sft_steps} SFT steps on {len(examples)} gold trajectories{rule}"
-            if stop_rule
-            else f"warm start: {pol.sft_steps} SFT steps on {len(examples)} gold trajectories"
-        )
-        result = train_sft(
-            self.policy.model,
-            examples,
-            sft_cfg,
-            pad_id=int(self.policy.tokenizer.pad_token_id or 0),
-            evaluate=evaluate,
-            log=self.log,
-            stop=stop if stop_rule else None,
-        )
-        final = result.history[-1] if result.history else {}
-        sft_dir.mkdir(parents=True, exist_ok=True)
-        (sft_dir / "sft.json").write_text(json.dumps(result.to_dict(), indent=2))
-        self.log(
-            f"warm start done in {result.seconds:.0f}s after {result.steps} steps: success "
-            f"{final.get('mean_success', float('nan')):.3f}, mixed share {final.get('mixed_share', float('nan')):.3f}"
-        )
-        if pol.require_jump and stop_rule and not result.stopped:
-            raise WarmStartError(
-                f"the SFT warm start reached its cap of {pol.sft_steps} steps at probe success "
-                f"{final.get('mean_success', 0.0):.3f} / mixed share {final.get('mixed_share', 0.0):.3f}, short of "
-                f"the stop rule ({pol.sft_stop_success:g} / {pol.sft_stop_mixed:g}); raise policy.sft_steps, or "
-                "set policy.require_jump=false"
-            )
-        if pol.require_jump and final.get("mean_success", 0.0) <= 0.0:
-            raise WarmStartError(
-                "the SFT warm start ended without a single success on its probe prompts (no copy-learning jump); "
-                "raise policy.sft_steps or set policy.require_jump=false"
-            )
-        self.policy.save(sft_dir / "policy")
-        if pol.sft_task_kwargs is not None:  # the predictor needs outcomes on the RL pool, not the SFT mix
-            probe = self.tasks[: min(pol.sft_probe_prompts, len(self.tasks))]
-            last["rewards"] = sample(probe)
-            pool = spread_metrics(last["rewards"])
-            self.log(
-                f"RL-pool probe ({len(probe)} training prompts x 8): success {pool['mean_success']:.3f}, "
-                f"mixed share {pool['mixed_share']:.3f}, all solved {pool['all_solved_share']:.3f}, "
-                f"all failed {pool['all_failed_share']:.3f}"
-            )
-        if "rewards" in last:
-            save_probe_outcomes(sft_dir / "policy", probe, last["rewards"], step=result.steps)
-
-    def _warm_predictor(self, path: Path) -> None:
-        """Train the predictor on the warm start's probe outcomes (training prompts only; never held-out ones)."""
-        from trace_rl.predictor import NodeExample, serialize_anchor
-
-        data = json.loads(path.read_text())
-        max_chars = int(getattr(self.predictor, "max_chars", 2048))
-        examples = [
-            NodeExample(
-                serialize_anchor(prompt, [], max_chars=max_chars), float(np.mean(r)), 0, float(len(r))
-            )
-            for prompt, r in zip(data["prompts"], data["rewards"], strict=True)
-        ]
-        metrics = self.online.observe_step(examples)
-        self.predictor_warm_record = {
-            "kind": "predictor_warm_start",
-            "step": 0,
-            "source": str(path),
-            "examples": len(examples),
-            "samples_per_prompt": int(np.mean([len(r) for r in data["rewards"]])) if examples else 0,
-            "policy_sft_step": data.get("step"),
-            **{k.replace("/", "_"): v for k, v in metrics.items() if isinstance(v, int | float)},
-        }
-        self.log(
-            f"predictor warm start: {len(examples)} training prompts x "
-            f"{self.predictor_warm_record['samples_per_prompt']} samples from {path}"
-        )
-
     def prepare_policy_only(self) -> Path:
         """Load the training tasks and the policy and run the warm start into out/sft/policy (for compare)."""
         from trace_rl.envs import load_tasks
@@ -457,112 +268,48 @@ class Trainer:
         self._warm_start()
         return self.out / "sft" / "policy"
 
-    # ------------------------------------------------------------------------------------------ checkpoints
-    def save_checkpoint(self, step: int, *, finished: bool = False) -> Path:
-        """Atomically write checkpoints/step_<step>/ (write to a temporary folder, then rename)."""
-        import torch
+    # ----------------------------------------------------------------------- warm start, checkpoints, eval
+    def _warm_start(self) -> None:
+        """The supervised warm start (`trace_rl.train.warm_start.warm_start_policy`) of this run's policy."""
+        warm_start_policy(self.cfg, self.policy, self.tasks, self.out, self.log)
 
-        root = self.out / "checkpoints"
-        root.mkdir(parents=True, exist_ok=True)
-        final = root / f"step_{step}"
-        for stale in root.glob(".tmp_step_*"):  # left by a kill during an earlier save
-            shutil.rmtree(stale, ignore_errors=True)
-        tmp = root / f".tmp_step_{step}_{os.getpid()}"
-        tmp.mkdir()
-        self.policy.save(tmp / "policy")
-        torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
-        torch.save(
-            {"predictor": self.predictor.state_dict(), "online": self.online.state_dict()},
-            tmp / "predictor.pt",
+    def _warm_predictor(self, path: Path) -> None:
+        """Train the predictor on the warm start's probe outcomes (`warm_start_predictor`)."""
+        self.predictor_warm_record = warm_start_predictor(self.predictor, self.online, path, self.log)
+
+    def save_checkpoint(self, step: int, *, finished: bool = False) -> Path:
+        """Atomically write checkpoints/step_<step>/ (`trace_rl.train.checkpoint.save_checkpoint`)."""
+        return save_checkpoint(
+            self.out,
+            step,
+            cfg=self.cfg,
+            policy=self.policy,
+            optimizer=self.optimizer,
+            predictor=self.predictor,
+            online=self.online,
+            cursor=self.cursor,
+            rng=self.rng,
+            budget_spent=self.budget_spent,
+            finished=finished,
         )
-        torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
-        state = {
-            "step": step,
-            "cursor": {"epoch": self.cursor.epoch, "index": self.cursor.index},
-            "numpy_rng": self.rng.bit_generator.state,
-            "config": self.cfg.to_dict(),
-            "budget_spent": self.budget_spent,
-            "finished": finished,
-        }
-        (tmp / "state.json").write_text(json.dumps(state, default=_json_default))
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        for old in sorted(root.glob("step_*"), key=lambda p: int(p.name.split("_")[1]))[:-KEEP_CHECKPOINTS]:
-            shutil.rmtree(old, ignore_errors=True)
-        return final
 
     def _load_checkpoint(self, ckpt: Path) -> None:
-        import torch
-
-        state = json.loads((ckpt / "state.json").read_text())
-        self.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))
-        pred = torch.load(ckpt / "predictor.pt", weights_only=False)
-        self.predictor.load_state_dict(pred["predictor"])
-        self.online.load_state_dict(pred["online"])
-        rng = torch.load(ckpt / "rng.pt", weights_only=False)
-        torch.set_rng_state(rng["torch"])
-        random.setstate(rng["python"])
-        self.rng.bit_generator.state = state["numpy_rng"]
-        self.cursor.epoch, self.cursor.index = state["cursor"]["epoch"], state["cursor"]["index"]
+        state = load_checkpoint(
+            ckpt,
+            self.out,
+            optimizer=self.optimizer,
+            predictor=self.predictor,
+            online=self.online,
+            cursor=self.cursor,
+            rng=self.rng,
+        )
         self.start_step = int(state["step"]) + 1
         self.budget_spent = float(state.get("budget_spent", 0.0))
-        # every step after the checkpoint is redone, so its log lines go
-        path = self.out / "metrics.jsonl"
-        kept = [r for r in read_metrics(path) if int(r.get("step", 0)) <= state["step"]]
-        tmp = path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-        os.replace(tmp, path)
         self.log(f"resumed from {ckpt} at step {self.start_step}")
 
-    # ----------------------------------------------------------------------------------------------- eval
     def evaluate(self, step: int) -> dict[str, Any]:
-        """pass@1 on the fixed held-out split: greedy, or the mean reward of ``env.eval_samples`` seeded samples
-        per task at ``env.eval_temperature`` (the same seeds at every evaluation, so steps are comparable)."""
-        import asyncio
-
-        from trace_rl.rollout.agent import run_episode
-        from trace_rl.rollout.backends import SamplingParams
-
-        env_cfg = self.cfg.env
-        params = SamplingParams(
-            max_new_tokens=self.cfg.sampling.max_new_tokens,
-            temperature=env_cfg.eval_temperature,
-            top_p=self.cfg.sampling.top_p if env_cfg.eval_temperature > 0 else 1.0,
-            seed=0,
-        )
-        k = env_cfg.eval_samples
-
-        async def run_all() -> list[float]:
-            eps = await asyncio.gather(
-                *[
-                    run_episode(
-                        self.engine,
-                        self.env_factory(),
-                        self.codec,
-                        t,
-                        params,
-                        max_turns=env_cfg.max_turns,
-                        seed=i * k + j,
-                    )
-                    for i, t in enumerate(self.eval_tasks)
-                    for j in range(k)
-                ]
-            )
-            return [float(e.reward) for e in eps]
-
-        t0 = time.perf_counter()
-        rewards = asyncio.run(run_all())
-        return {
-            "kind": "eval",
-            "step": step,
-            "method": self.cfg.method,
-            "eval_accuracy": float(np.mean(rewards)) if rewards else float("nan"),
-            "eval_tasks": len(self.eval_tasks),
-            "eval_samples": k,
-            "eval_temperature": env_cfg.eval_temperature,
-            "eval_s": time.perf_counter() - t0,
-        }
+        """pass@1 on the fixed held-out split (`trace_rl.train.evaluation.evaluate_held_out`)."""
+        return evaluate_held_out(self.cfg, self.engine, self.env_factory, self.codec, self.eval_tasks, step)
 
     # ------------------------------------------------------------------------------------------------ loop
     def run(self, *, progress: bool = True) -> list[dict[str, Any]]:
@@ -579,15 +326,15 @@ class Trainer:
         self.setup()
         cfg = self.cfg
         metrics_path = self.out / "metrics.jsonl"
-        writer = _tensorboard(self.out / "tb", purge_step=self.start_step)
+        writer = tensorboard(self.out / "tb", purge_step=self.start_step)
         records: list[dict[str, Any]] = []
-        bar = _progress(self.start_step, cfg.steps, progress)
+        bar = progress_bar(self.start_step, cfg.steps, progress)
         if self.start_step == 1 and self.predictor_warm_record is not None:
-            _append_jsonl(metrics_path, self.predictor_warm_record)
+            append_jsonl(metrics_path, self.predictor_warm_record)
         if self.start_step == 1 and self.eval_tasks:
             rec = self.evaluate(0)
-            _append_jsonl(metrics_path, rec)
-            _tb_write(writer, rec, 0)
+            append_jsonl(metrics_path, rec)
+            tb_write(writer, rec, 0)
         spent = self.budget_spent
         for step in range(self.start_step, cfg.steps + 1):
             left = cfg.total_budget - spent if cfg.total_budget > 0 else None
@@ -601,8 +348,8 @@ class Trainer:
             record["kind"] = "train"
             record["budget_spent_total"] = spent
             record.update(self.serving.step_metrics())
-            _append_jsonl(metrics_path, record)
-            _tb_write(writer, record, step)
+            append_jsonl(metrics_path, record)
+            tb_write(writer, record, step)
             records.append(record)
             # the run's total budget: stop once the next step could not be paid in full
             last = step == cfg.steps or (
@@ -610,8 +357,8 @@ class Trainer:
             )
             if self.eval_tasks and cfg.eval_every and (step % cfg.eval_every == 0 or last):
                 rec = self.evaluate(step)
-                _append_jsonl(metrics_path, rec)
-                _tb_write(writer, rec, step)
+                append_jsonl(metrics_path, rec)
+                tb_write(writer, rec, step)
             if step % cfg.checkpoint_every == 0 or last:
                 self.save_checkpoint(step, finished=last)
             if bar is not None:
@@ -640,20 +387,6 @@ class Trainer:
         return records
 
 
-PROBE_FILE = "probe_outcomes.json"
-
-
-def save_probe_outcomes(folder: Path, tasks: Sequence[Any], rewards: Any, *, step: int) -> None:
-    """Write the warm start's last probe (task ids, prompts, rewards (P, S)) next to the policy it measured."""
-    data = {
-        "step": step,
-        "task_ids": [t.id for t in tasks],
-        "prompts": [t.prompt for t in tasks],
-        "rewards": np.asarray(rewards, dtype=np.float64).tolist(),
-    }
-    (folder / PROBE_FILE).write_text(json.dumps(data))
-
-
 def policy_device(cfg: TrainConfig) -> str:
     """The torch device for the policy: ``cfg.device``, with "auto" = cuda when available, else cpu."""
     import torch
@@ -679,68 +412,6 @@ def _quiet_transformers() -> None:
         hf_logging.set_verbosity_error()
     except ImportError:
         pass
-
-
-def _tensorboard(path: Path, purge_step: int) -> Any:
-    """A SummaryWriter; on resume, events at or after ``purge_step`` (redone steps) are purged."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:  # tensorboard not installed: the jsonl log still has everything
-        return None
-    return SummaryWriter(str(path), purge_step=purge_step if purge_step > 1 else None)
-
-
-def _tb_write(writer: Any, record: dict[str, Any], step: int) -> None:
-    if writer is None:
-        return
-    prefix = "eval" if record.get("kind") == "eval" else "train"
-    for key, value in record.items():
-        if key == "backend_requests_per_replica":  # a list: one scalar per replica
-            for i, count in enumerate(value):
-                writer.add_scalar(f"{prefix}/{key}/{i}", count, step)
-        if isinstance(value, bool) or not isinstance(value, int | float) or key == "step":
-            continue
-        writer.add_scalar(f"{prefix}/{key}", value, step)
-    writer.flush()
-
-
-def _progress(start: int, total: int, enabled: bool) -> Any:
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=start - 1, desc="train", unit="step", dynamic_ncols=True)
-
-
-def resume_config(out: str | Path) -> TrainConfig:
-    """The config a run in ``out`` was started with (for --resume)."""
-    path = Path(out) / "config.json"
-    if not path.exists():
-        raise ValueError(f"{out} holds no config.json: not a trace-rl run folder")
-    return config_from_dict(json.loads(path.read_text()))
-
-
-# What a run writes into its folder; `clear_run` removes exactly these (and nothing else a user keeps there).
-RUN_FILES = ("metrics.jsonl", "config.json", "report.html", "servers.json")
-RUN_DIRS = ("checkpoints", "tb", "sft", "report", "served")
-
-
-def clear_run(out: str | Path) -> None:
-    """Delete an earlier run's files from ``out`` (for ``trace-rl train --overwrite``)."""
-    root = Path(out)
-    for name in RUN_FILES:
-        (root / name).unlink(missing_ok=True)
-    for name in RUN_DIRS:
-        shutil.rmtree(root / name, ignore_errors=True)
-
-
-def check_same_config(cfg: TrainConfig, out: str | Path) -> None:
-    """Raise ValueError when ``out`` holds a run (config.json) started with a different config than ``cfg``."""
-    path = Path(out) / "config.json"
-    if path.exists() and config_from_dict(json.loads(path.read_text())) != cfg:
-        raise ValueError(
-            f"{out} holds a run with a different config; use another --out (or delete that run) to start afresh"
-        )
 
 
 def train(
@@ -776,21 +447,22 @@ def train(
     return Trainer(cfg, out, resume=resume).run(progress=progress)
 
 
-def summarize(records: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """Means over a run's train records of the headline metrics, and the last eval accuracy."""
-    train_recs = [r for r in records if r.get("kind", "train") == "train"]
-    evals = [r for r in records if r.get("kind") == "eval"]
-    keys = (
-        "effective_ratio",
-        "success_rate",
-        "budget_spent",
-        "skip_rate",
-        "active_prompts",
-        "replays",
-        "wall_s",
-    )
-    out = {k: float(np.mean([r[k] for r in train_recs])) for k in keys if train_recs}
-    if evals:
-        out["eval_accuracy"] = float(evals[-1]["eval_accuracy"])
-        out["eval_accuracy_first"] = float(evals[0]["eval_accuracy"])
-    return out
+__all__ = [
+    "KEEP_CHECKPOINTS",
+    "PROBE_FILE",
+    "RUN_DIRS",
+    "RUN_FILES",
+    "DataCursor",
+    "TimedEnvFactory",
+    "Trainer",
+    "WarmStartError",
+    "check_same_config",
+    "clear_run",
+    "latest_checkpoint",
+    "policy_device",
+    "read_metrics",
+    "resume_config",
+    "save_probe_outcomes",
+    "summarize",
+    "train",
+]

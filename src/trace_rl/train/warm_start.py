@@ -1,0 +1,197 @@
+"""The supervised warm start before RL: SFT on gold trajectories with probes, and the predictor's warm start.
+
+`warm_start_policy` trains the policy on the environment's gold trajectories (`trace_rl.policy.sft`), probing it
+(8 samples at temperature 1 per probe prompt) until the copy-learning jump shows; it saves the policy to
+``out/sft/policy`` with the last probe's outcomes (``probe_outcomes.json``). `warm_start_predictor` trains the
+success predictor on those outcomes before step 1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trace_rl.train.config import TrainConfig
+
+PROBE_FILE = "probe_outcomes.json"
+
+
+class WarmStartError(ValueError):
+    """The configured warm start did not reach any success on its probe prompts: RL would get no signal.
+
+    A ValueError because the fix is a config value (more ``policy.sft_steps``, or ``policy.require_jump: false``);
+    the CLI reports it as one error line.
+    """
+
+
+def warm_start_policy(
+    cfg: TrainConfig, policy: Any, train_tasks: list[Any], out: Path, log: Callable[[str], None] = print
+) -> None:
+    """Supervised warm start on gold trajectories; verifies the copy-learning jump happened.
+
+    Probes sample 8 episodes (temperature 1) on each of the first ``policy.sft_probe_prompts`` training
+    prompts. With ``policy.sft_stop_success`` > 0 it stops at the first probe meeting the stop rule (success
+    and mixed share) and raises `WarmStartError` when the step cap comes first. The last probe's outcomes are
+    saved with the policy (probe_outcomes.json) to warm-start the predictor.
+    """
+    import asyncio
+
+    from trace_rl.envs import gold_trajectory, load_tasks, make_env
+    from trace_rl.policy.sft import SFTConfig, build_sft_examples, train_sft
+    from trace_rl.rollout.agent import ChatCodec
+    from trace_rl.rollout.backends import SamplingParams
+    from trace_rl.rollout.engine import LocalEngine
+    from trace_rl.rollout.evaluate import sample_rewards, spread_metrics
+
+    pol = cfg.policy
+    sft_dir = out / "sft"
+    tasks = (
+        train_tasks
+        if pol.sft_task_kwargs is None
+        else load_tasks(cfg.env.name, "train", cfg.env.train_limit, cfg.seed, **pol.sft_task_kwargs)
+    )
+    gold = [gold_trajectory(t) for t in tasks]
+    examples = build_sft_examples(
+        tasks,
+        gold,
+        lambda: make_env(cfg.env.name),
+        policy.tokenizer,
+        render_tools=pol.render_tools,
+    )
+    probe = tasks[: min(pol.sft_probe_prompts, len(tasks))]
+    codec = ChatCodec(policy.tokenizer, render_tools=pol.render_tools)
+    sampling = SamplingParams(max_new_tokens=cfg.sampling.max_new_tokens, temperature=1.0, seed=cfg.seed)
+    last: dict[str, Any] = {}
+
+    def sample(prompts: list[Any]) -> Any:
+        engine = LocalEngine(policy, max_batch=64)
+        return asyncio.run(
+            sample_rewards(
+                engine,
+                lambda: make_env(cfg.env.name),
+                codec,
+                prompts,
+                sampling,
+                samples=8,
+                max_turns=cfg.env.max_turns,
+            )
+        )
+
+    def evaluate(step: int) -> dict[str, float]:
+        last["rewards"] = sample(probe)
+        return spread_metrics(last["rewards"])
+
+    stop_rule = pol.sft_stop_success > 0
+
+    def stop(metrics: dict[str, float]) -> bool:
+        return (
+            metrics.get("mean_success", 0.0) >= pol.sft_stop_success
+            and metrics.get("mixed_share", 0.0) >= pol.sft_stop_mixed
+        )
+
+    every = (
+        pol.sft_eval_every if stop_rule else max(math.ceil(pol.sft_steps / pol.sft_evals), 1)
+    )  # without a stop rule the last probe falls on the last step
+    sft_cfg = SFTConfig(
+        steps=pol.sft_steps,
+        batch_size=pol.sft_batch,
+        lr=pol.sft_lr,
+        eval_every=every,
+        seed=cfg.seed,
+        min_steps=pol.sft_min_steps,
+    )
+    rule = (
+        f"; stops at probe success >= {pol.sft_stop_success:g} and mixed share >= {pol.sft_stop_mixed:g}"
+        if stop_rule
+        else ""
+    )
+    log(
+        f"warm start: up to {pol.sft_steps} SFT steps on {len(examples)} gold trajectories{rule}"
+        if stop_rule
+        else f"warm start: {pol.sft_steps} SFT steps on {len(examples)} gold trajectories"
+    )
+    result = train_sft(
+        policy.model,
+        examples,
+        sft_cfg,
+        pad_id=int(policy.tokenizer.pad_token_id or 0),
+        evaluate=evaluate,
+        log=log,
+        stop=stop if stop_rule else None,
+    )
+    final = result.history[-1] if result.history else {}
+    sft_dir.mkdir(parents=True, exist_ok=True)
+    (sft_dir / "sft.json").write_text(json.dumps(result.to_dict(), indent=2))
+    log(
+        f"warm start done in {result.seconds:.0f}s after {result.steps} steps: success "
+        f"{final.get('mean_success', float('nan')):.3f}, mixed share {final.get('mixed_share', float('nan')):.3f}"
+    )
+    if pol.require_jump and stop_rule and not result.stopped:
+        raise WarmStartError(
+            f"the SFT warm start reached its cap of {pol.sft_steps} steps at probe success "
+            f"{final.get('mean_success', 0.0):.3f} / mixed share {final.get('mixed_share', 0.0):.3f}, short of "
+            f"the stop rule ({pol.sft_stop_success:g} / {pol.sft_stop_mixed:g}); raise policy.sft_steps, or "
+            "set policy.require_jump=false"
+        )
+    if pol.require_jump and final.get("mean_success", 0.0) <= 0.0:
+        raise WarmStartError(
+            "the SFT warm start ended without a single success on its probe prompts (no copy-learning jump); "
+            "raise policy.sft_steps or set policy.require_jump=false"
+        )
+    policy.save(sft_dir / "policy")
+    if pol.sft_task_kwargs is not None:  # the predictor needs outcomes on the RL pool, not the SFT mix
+        probe = train_tasks[: min(pol.sft_probe_prompts, len(train_tasks))]
+        last["rewards"] = sample(probe)
+        pool = spread_metrics(last["rewards"])
+        log(
+            f"RL-pool probe ({len(probe)} training prompts x 8): success {pool['mean_success']:.3f}, "
+            f"mixed share {pool['mixed_share']:.3f}, all solved {pool['all_solved_share']:.3f}, "
+            f"all failed {pool['all_failed_share']:.3f}"
+        )
+    if "rewards" in last:
+        save_probe_outcomes(sft_dir / "policy", probe, last["rewards"], step=result.steps)
+
+
+def warm_start_predictor(
+    predictor: Any, online: Any, path: Path, log: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """Train the predictor on the warm start's probe outcomes (training prompts only; never held-out ones)."""
+    from trace_rl.predictor import NodeExample, serialize_anchor
+
+    data = json.loads(path.read_text())
+    max_chars = int(getattr(predictor, "max_chars", 2048))
+    examples = [
+        NodeExample(serialize_anchor(prompt, [], max_chars=max_chars), float(np.mean(r)), 0, float(len(r)))
+        for prompt, r in zip(data["prompts"], data["rewards"], strict=True)
+    ]
+    metrics = online.observe_step(examples)
+    record = {
+        "kind": "predictor_warm_start",
+        "step": 0,
+        "source": str(path),
+        "examples": len(examples),
+        "samples_per_prompt": int(np.mean([len(r) for r in data["rewards"]])) if examples else 0,
+        "policy_sft_step": data.get("step"),
+        **{k.replace("/", "_"): v for k, v in metrics.items() if isinstance(v, int | float)},
+    }
+    log(
+        f"predictor warm start: {len(examples)} training prompts x "
+        f"{record['samples_per_prompt']} samples from {path}"
+    )
+    return record
+
+
+def save_probe_outcomes(folder: Path, tasks: Sequence[Any], rewards: Any, *, step: int) -> None:
+    """Write the warm start's last probe (task ids, prompts, rewards (P, S)) next to the policy it measured."""
+    data = {
+        "step": step,
+        "task_ids": [t.id for t in tasks],
+        "prompts": [t.prompt for t in tasks],
+        "rewards": np.asarray(rewards, dtype=np.float64).tolist(),
+    }
+    (folder / PROBE_FILE).write_text(json.dumps(data))
