@@ -311,6 +311,8 @@ def training_step(
         "root_rollouts": len(roots),
         "replays": len(replays),
         "rollouts_generated": len(roots) + len(replays),
+        # root rollouts per active prompt (fresh ones included): 0 when every prompt got the same count
+        "root_count_std": float(np.std([len(r.roots) for r in generated])) if generated else 0.0,
         "fresh_rollouts": sum(r.fresh for r in generated),
         "fresh_rollouts_on_mixed": fresh_rollouts_on_mixed(generated),
         "replay_depths": [int(x) for x in hist],
