@@ -2,6 +2,13 @@
 
 Names: "math_python", "math_steps", "bfcl", "multihop_qa". Submodules are imported lazily so that importing this package
 does not load reasoning-gym, bfcl-eval or bm25s.
+
+A researcher's own environment is named ``"module:factory"`` (the contract of the verl adapter's ``env``): the module
+is imported (it must be on ``sys.path``), ``factory(**kwargs)`` makes an env (called with ``max_turns=``; any object
+with the `Env` protocol: reset, step, snapshot, restore), the same module's ``load_tasks(split, limit, seed,
+**task_kwargs) -> list[Task]`` gives its tasks (splits "train" and "test"), and its optional
+``gold_trajectory(task) -> list[str]`` the assistant turns of a solution (needed only by the SFT warm start).
+docs/environments.md walks through one (tests/fixtures/user_env/my_pkg/my_env.py).
 """
 
 from __future__ import annotations
@@ -23,11 +30,62 @@ _REGISTRY: dict[str, tuple[str, str, str, str]] = {
 }
 
 
+# what a "module:factory" environment's module provides, by registry index (1 is the factory itself)
+USER_ENV_NAMES = {2: "load_tasks", 3: "gold_trajectory"}
+
+
 def _entry(name: str, index: int) -> Any:
+    if ":" in name:
+        return _user_entry(name, index)
     if name not in _REGISTRY:
-        raise ValueError(f"unknown environment {name!r}; expected one of {', '.join(ENV_NAMES)}")
+        raise ValueError(_unknown(name))
     module = importlib.import_module(_REGISTRY[name][0])
     return getattr(module, _REGISTRY[name][index])
+
+
+def _unknown(name: str) -> str:
+    return f"unknown environment {name!r}; expected one of {', '.join(ENV_NAMES)}, or module:factory for your own"
+
+
+def _user_entry(name: str, index: int) -> Any:
+    """The factory (index 1), ``load_tasks`` (2) or ``gold_trajectory`` (3) of a "module:factory" environment."""
+    module_name, _, factory = name.partition(":")
+    if (
+        not module_name
+        or not factory.isidentifier()
+        or not all(p.isidentifier() for p in module_name.split("."))
+    ):
+        raise ValueError(f"environment {name!r}: expected module:factory, e.g. my_pkg.my_env:make")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(
+            f"environment {name!r}: cannot import {module_name} ({exc}); is it on PYTHONPATH?"
+        ) from None
+    attr = factory if index == 1 else USER_ENV_NAMES[index]
+    found = getattr(module, attr, None)
+    if not callable(found):
+        why = {
+            1: "the env factory",
+            2: "its task loader",
+            3: "its gold trajectories (used by the SFT warm start)",
+        }
+        raise ValueError(f"environment {name!r}: {module_name} defines no callable {attr} ({why[index]})")
+    return found
+
+
+def env_problem(name: str, *, gold: bool = False) -> str | None:
+    """Why training cannot use environment ``name`` (one line), or None. A registry name is only looked up (its
+    module is not imported); a "module:factory" name is imported and must provide its factory and ``load_tasks``
+    (and ``gold_trajectory`` when ``gold``); nothing is called."""
+    if ":" not in name:
+        return None if name in _REGISTRY else _unknown(name)
+    try:
+        for index in (1, 2, 3) if gold else (1, 2):
+            _entry(name, index)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def make_env(name: str, **kwargs: Any) -> Env:
@@ -52,9 +110,13 @@ def load_tasks(
     return tasks
 
 
-def gold_trajectory(task: Task) -> list[str]:
-    """Assistant turn texts of a gold solution; stepping them through the env gives reward 1."""
-    turns: list[str] = _entry(task.env, 3)(task)
+def gold_trajectory(task: Task, env: str | None = None) -> list[str]:
+    """Assistant turn texts of a gold solution; stepping them through the env gives reward 1.
+
+    ``env``: the environment name the task was loaded with (default ``task.env``; a "module:factory"
+    environment's tasks may carry a shorter name of their own).
+    """
+    turns: list[str] = _entry(task.env if env is None else env, 3)(task)
     return turns
 
 
@@ -64,6 +126,7 @@ __all__ = [
     "StepResult",
     "Task",
     "ToolCall",
+    "env_problem",
     "gold_trajectory",
     "load_tasks",
     "make_env",

@@ -8,13 +8,12 @@ raise `ConfigError` with one line naming the key, e.g. ``budget.roots: must be a
 from __future__ import annotations
 
 import dataclasses
-import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trace_rl.train.config_check import budget_shape, estimator_for, validate
 from trace_rl.train.config_parse import ConfigError, build, merge, parse_override, read_yaml
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
@@ -25,7 +24,9 @@ class EnvSection:
     """The environment and its task pool.
 
     Attributes:
-        name: environment name (math_python, bfcl, multihop_qa).
+        name: environment name (math_python, math_steps, bfcl, multihop_qa), or ``module:factory`` for your own
+            (`trace_rl.envs`: the module on PYTHONPATH also defines ``load_tasks`` and, for the SFT warm start,
+            ``gold_trajectory``).
         max_turns: turns per episode before it ends with reward 0.
         pool_size: candidate prompts scored per step (the pool the root allocation chooses from).
         train_limit: cap on training tasks loaded (None: all).
@@ -92,7 +93,14 @@ class PolicySection:
 
 @dataclass(frozen=True)
 class SamplingSection:
-    """Rollout sampling: new tokens per turn, temperature (> 0), top-p in (0, 1], episodes in flight at once."""
+    """Rollout sampling.
+
+    Attributes:
+        max_new_tokens: most tokens the policy generates per turn.
+        temperature: sampling temperature of the rollouts (> 0); log-probabilities are recomputed at it.
+        top_p: nucleus sampling threshold in (0, 1] (1 = off; must be 1 with backend.kind=vllm).
+        max_concurrency: episodes in flight at once (root rollouts and replays).
+    """
 
     max_new_tokens: int = 64
     temperature: float = 1.0
@@ -105,6 +113,14 @@ class BudgetSection:
     """Budget shape (DESIGN.md section 2): M roots, N continuations per root, n rollouts per flat prompt.
 
     Attributes:
+        roots: M, root rollouts per step of the tree methods (TRACE, TreePO and the ablations); a multiple of
+            ``group_size``.
+        continuations: N, replays per root rollout: a prompt with m_i roots gets a replay budget of N * m_i.
+        group_size: n, rollouts per prompt of the uniform methods (GRPO, PCL, TreePO's roots).
+        replay_cost: cost of one replay in rollout-equivalents, in (0, 1] (paper: 0.5). Every method spends
+            M (1 + N * replay_cost) per step; the flat ones on floor(M (1 + N * replay_cost) / n) prompts.
+        min_rollouts: smallest group of an active prompt for the allocating methods (paper: 2).
+        max_rollouts: cap on rollouts per prompt for the allocating methods (None: no cap); >= group_size.
         accounting: "paper" (a replay costs replay_cost) or "token" (a replay costs its expected remaining
             tokens relative to a full rollout, in integer units for the exact prefix knapsack).
         max_num_gen_batches: `dapo` only: the most batches of batch_size prompts x n rollouts one step may draw
@@ -127,6 +143,12 @@ class OptimSection:
     """Policy update.
 
     Attributes:
+        lr: AdamW learning rate of the policy (betas 0.9, 0.95).
+        clip: PPO ratio clip epsilon in (0, 1): the surrogate clips exp(logp - old_logp) to [1 - clip, 1 + clip].
+        kl_coef: weight of the k3 KL penalty toward a reference policy (`trace_rl.advantages.losses.kl_k3`);
+            0 = none.
+        epochs: passes over each step's paths.
+        max_grad_norm: gradient-norm clip of every optimizer step.
         estimator: "auto" (treerpo for math/QA, tree_grpo for function calling, grpo for flat methods),
             "grpo", "tree_grpo" or "treerpo".
         normalize_std: divide by the group std (False: Dr. GRPO).
@@ -199,7 +221,8 @@ class BackendSection:
         replicas: servers the trainer launches when ``urls`` is empty.
         max_in_flight: requests in flight per replica.
         dtype: dtype of launched servers ("float32": logprobs as the trainer computes them; or "bfloat16").
-        threads: CPU threads per launched server (OMP_NUM_THREADS). nice: their niceness.
+        threads: CPU threads per launched server (OMP_NUM_THREADS).
+        nice: niceness of launched servers.
         kv_cache_gib: KV cache of each launched server in whole GiB (VLLM_CPU_KVCACHE_SPACE). Its capacity in
             tokens is GiB * 2**30 / (2 * layers * kv_heads * head_dim * dtype bytes): 1 GiB holds 23,296 tokens
             of SmolLM2 in fp32. A step whose roots hold more tokens than that evicts prefixes before their
@@ -218,18 +241,30 @@ class BackendSection:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything one `trace-rl train` run needs; ``preset`` records where the defaults came from."""
+    """Everything one `trace-rl train` run needs.
+
+    Attributes:
+        method: the allocation method (`trace_rl.allocation.METHODS`): grpo, pcl, knapsack, treepo, trace,
+            trace_root_only, trace_prefix_only, trace_fresh, dapo.
+        steps: RL steps.
+        total_budget: rollout-equivalents generated over the run; > 0 stops the run once the next step could not
+            be paid in full (0 = no limit).
+        seed: seed of the data order, sampling, model init and every other random choice of the run.
+        eval_every: held-out evaluation period in steps (also before step 1 and after the last); 0 disables it.
+        checkpoint_every: checkpoint period in steps (the last step is always saved).
+        threads: torch CPU threads; 0 = min(cores, 4). Use 1 per run when runs share a small machine.
+        device: the policy's torch device: "auto" (cuda when available, else cpu), "cpu", "cuda" or "cuda:N".
+        preset: where the defaults came from: the preset's name, or "custom" (set by the loader, not by hand).
+    """
 
     method: str = "trace"
     steps: int = 20
-    total_budget: float = 0.0  # rollout-equivalents generated over the run; > 0 stops the run once spent
+    total_budget: float = 0.0
     seed: int = 0
     eval_every: int = 5
     checkpoint_every: int = 5
-    threads: int = 0  # torch CPU threads; 0 = min(cores, 4). Use 1 per run when runs share a small machine.
-    device: str = (
-        "auto"  # the policy's torch device: "auto" (cuda when available, else cpu), "cpu", "cuda[:N]"
-    )
+    threads: int = 0
+    device: str = "auto"
     preset: str = "custom"
     env: EnvSection = field(default_factory=EnvSection)
     policy: PolicySection = field(default_factory=PolicySection)
@@ -296,164 +331,22 @@ def with_overrides(cfg: TrainConfig, overrides: Sequence[str]) -> TrainConfig:
     return config_from_dict(data)
 
 
-def validate(cfg: TrainConfig) -> None:
-    """Check value ranges and combinations; raise ConfigError naming the first bad key."""
-    from trace_rl.allocation import METHODS
-
-    def need(ok: bool, key: str, why: str) -> None:
-        if not ok:
-            raise ConfigError(f"{key}: {why}")
-
-    need(cfg.method in METHODS, "method", f"unknown method {cfg.method!r} (known: {', '.join(METHODS)})")
-    need(cfg.steps >= 1, "steps", "must be at least 1")
-    need(cfg.eval_every >= 0, "eval_every", "must be >= 0 (0 disables evaluation)")
-    need(cfg.threads >= 0, "threads", "must be >= 0 (0 = min(cores, 4))")
-    need(
-        cfg.device in ("auto", "cpu") or re.fullmatch(r"cuda(:\d+)?", cfg.device) is not None,
-        "device",
-        f"must be auto, cpu, cuda or cuda:N, got {cfg.device!r}",
-    )
-    need(cfg.checkpoint_every >= 1, "checkpoint_every", "must be at least 1")
-    need(cfg.env.max_turns >= 1, "env.max_turns", "must be at least 1")
-    need(cfg.env.eval_tasks >= 0, "env.eval_tasks", "must be >= 0")
-    need(
-        math.isfinite(cfg.env.eval_temperature) and cfg.env.eval_temperature >= 0,
-        "env.eval_temperature",
-        "must be finite and >= 0 (0 = greedy)",
-    )
-    need(cfg.env.eval_samples >= 1, "env.eval_samples", "must be >= 1")
-    need(
-        cfg.env.eval_temperature > 0 or cfg.env.eval_samples == 1,
-        "env.eval_samples",
-        "must be 1 when env.eval_temperature is 0 (greedy samples are identical)",
-    )
-    need(cfg.policy.sft_steps >= 0, "policy.sft_steps", "must be >= 0")
-    need(cfg.policy.sft_evals >= 1, "policy.sft_evals", "must be >= 1 (the last evaluation checks the jump)")
-    need(cfg.policy.sft_batch >= 1, "policy.sft_batch", "must be at least 1")
-    need(
-        0 <= cfg.policy.sft_stop_success <= 1,
-        "policy.sft_stop_success",
-        "must lie in [0, 1] (0 = no stop rule)",
-    )
-    need(0 <= cfg.policy.sft_stop_mixed <= 1, "policy.sft_stop_mixed", "must lie in [0, 1]")
-    need(cfg.policy.sft_min_steps >= 0, "policy.sft_min_steps", "must be >= 0")
-    need(cfg.policy.sft_eval_every >= 1, "policy.sft_eval_every", "must be at least 1")
-    need(cfg.policy.sft_probe_prompts >= 1, "policy.sft_probe_prompts", "must be at least 1")
-    need(cfg.sampling.max_new_tokens >= 1, "sampling.max_new_tokens", "must be at least 1")
-    need(cfg.sampling.temperature > 0, "sampling.temperature", "must be > 0 for RL sampling")
-    need(0 < cfg.sampling.top_p <= 1, "sampling.top_p", "must lie in (0, 1]")
-    need(cfg.sampling.max_concurrency >= 1, "sampling.max_concurrency", "must be at least 1")
-    need(cfg.budget.accounting in ("paper", "token"), "budget.accounting", "must be 'paper' or 'token'")
-    try:
-        shape = budget_shape(cfg)
-    except ValueError as exc:
-        raise ConfigError(f"budget: {exc}") from None
-    need(
-        shape.min_rollouts >= 2, "budget.min_rollouts", "must be at least 2 (a group of one has no contrast)"
-    )
-    cap = shape.max_rollouts
-    need(
-        cap is None or cap >= shape.group_size,
-        "budget.max_rollouts",
-        f"must be at least budget.group_size ({shape.group_size}) so the allocating methods can spend what the "
-        "uniform ones do",
-    )  # with cap >= n, M roots always fit the batch: floor(M (1 + N c) / n) * cap >= M
-    need(
-        cfg.env.pool_size >= shape.batch_size,
-        "env.pool_size",
-        f"must be at least the baselines' batch size {shape.batch_size} (= floor(M (1 + N c) / n))",
-    )
-    need(
-        cfg.method != "dapo" or cfg.env.pool_size >= cfg.budget.max_num_gen_batches * shape.batch_size,
-        "budget.max_num_gen_batches",
-        f"dapo draws up to max_num_gen_batches batches of {shape.batch_size} distinct prompts from the step's "
-        f"pool of env.pool_size={cfg.env.pool_size}: raise env.pool_size or lower the cap",
-    )
-    need(
-        cfg.total_budget == 0 or cfg.total_budget >= shape.total,
-        "total_budget",
-        f"must be 0 or at least one step's budget ({shape.total:g} rollout-equivalents)",
-    )
-    need(
-        cfg.optim.estimator in ("auto", "grpo", "tree_grpo", "treerpo"),
-        "optim.estimator",
-        "must be auto, grpo, tree_grpo or treerpo",
-    )
-    need(
-        cfg.optim.loss_agg
-        in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
-        "optim.loss_agg",
-        "token-mean, seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm",
-    )
-    need(cfg.optim.zero_advantage_rows in ("count", "drop"), "optim.zero_advantage_rows", "count or drop")
-    need(
-        cfg.optim.loss_scale_tokens == 0 or cfg.optim.loss_agg == "seq-mean-token-sum-norm",
-        "optim.loss_scale_tokens",
-        "only seq-mean-token-sum-norm uses a constant length normaliser; leave it 0",
-    )
-    need(cfg.optim.loss_scale_tokens >= 0, "optim.loss_scale_tokens", "must be >= 0")
-    need(
-        (cfg.optim.minibatches > 0) != (cfg.optim.minibatch > 0),
-        "optim.minibatches",
-        "set exactly one of optim.minibatches (optimizer steps per RL step, equal for every method) and "
-        "optim.minibatch (paths per step); set the other to 0",
-    )
-    need(cfg.total_budget >= 0, "total_budget", "must be >= 0 (0: the run ends after `steps` steps)")
-    need(
-        cfg.budget.max_num_gen_batches >= 0,
-        "budget.max_num_gen_batches",
-        "must be >= 0 (0 = the pool's limit)",
-    )
-    need(cfg.optim.lr > 0, "optim.lr", "must be > 0")
-    need(0 < cfg.optim.clip < 1, "optim.clip", "must lie in (0, 1)")
-    need(cfg.optim.kl_coef >= 0, "optim.kl_coef", "must be >= 0")
-    need(cfg.optim.epochs >= 1, "optim.epochs", "must be at least 1")
-    need(cfg.optim.minibatch >= 0 and cfg.optim.minibatches >= 0, "optim.minibatch", "must be >= 0")
-    need(
-        cfg.optim.micro_tokens >= 0, "optim.micro_tokens", "must be >= 0 (0 = one forward pass per minibatch)"
-    )
-    need(0 <= cfg.predictor.prefix_share <= 1, "predictor.prefix_share", "must lie in [0, 1]")
-    need(cfg.predictor.buffer_steps >= 1, "predictor.buffer_steps", "must be at least 1")
-    need(cfg.predictor.updates >= 0, "predictor.updates", "must be >= 0")
-    need(cfg.backend.kind in ("local", "vllm", "sglang"), "backend.kind", "must be local, vllm or sglang")
-    need(
-        cfg.backend.kind != "sglang" or any(u.strip() for u in cfg.backend.urls.split(",")),
-        "backend.urls",
-        "must list the running SGLang servers with backend.kind=sglang (e.g. http://host:30000,http://host:30001):"
-        " trace-rl launches only vLLM servers",
-    )
-    need(cfg.backend.replicas >= 1, "backend.replicas", "must be at least 1")
-    need(cfg.backend.max_in_flight >= 1, "backend.max_in_flight", "must be at least 1")
-    need(cfg.backend.dtype in ("float32", "bfloat16"), "backend.dtype", "must be float32 or bfloat16")
-    need(cfg.backend.kv_cache_gib >= 1, "backend.kv_cache_gib", "must be at least 1 (whole GiB)")
-    need(
-        cfg.backend.kind != "vllm" or cfg.sampling.top_p == 1,
-        "sampling.top_p",
-        "must be 1 with backend.kind=vllm (vLLM's logprobs after top-p are not what the trainer recomputes)",
-    )
-
-
-def budget_shape(cfg: TrainConfig) -> Any:
-    """The run's `BudgetShape`."""
-    from trace_rl.allocation import BudgetShape
-
-    b = cfg.budget
-    return BudgetShape(
-        roots=b.roots,
-        continuations=b.continuations,
-        group_size=b.group_size,
-        replay_cost=b.replay_cost,
-        min_rollouts=b.min_rollouts,
-        max_rollouts=b.max_rollouts,
-    )
-
-
-def estimator_for(cfg: TrainConfig) -> str:
-    """Resolve optim.estimator="auto": grpo for flat methods, tree_grpo for bfcl, treerpo otherwise (paper)."""
-    from trace_rl.allocation import get_method
-
-    if cfg.optim.estimator != "auto":
-        return cfg.optim.estimator
-    if not get_method(cfg.method).has_replays:
-        return "grpo"
-    return "tree_grpo" if cfg.env.name == "bfcl" else "treerpo"
+__all__ = [
+    "PRESET_DIR",
+    "BackendSection",
+    "BudgetSection",
+    "ConfigError",
+    "EnvSection",
+    "OptimSection",
+    "PolicySection",
+    "PredictorSection",
+    "SamplingSection",
+    "TrainConfig",
+    "budget_shape",
+    "config_from_dict",
+    "estimator_for",
+    "load_config",
+    "preset_names",
+    "validate",
+    "with_overrides",
+]

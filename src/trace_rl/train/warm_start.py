@@ -55,7 +55,7 @@ def warm_start_policy(
         if pol.sft_task_kwargs is None
         else load_tasks(cfg.env.name, "train", cfg.env.train_limit, cfg.seed, **pol.sft_task_kwargs)
     )
-    gold = [gold_trajectory(t) for t in tasks]
+    gold = [gold_trajectory(t, cfg.env.name) for t in tasks]
     examples = build_sft_examples(
         tasks,
         gold,

@@ -1,0 +1,180 @@
+"""Checks of a built config: value ranges and combinations (`validate`), and what a config resolves to
+(`budget_shape`, `estimator_for`). Every failure is a `ConfigError` naming the first bad key in one line."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import TYPE_CHECKING, Any
+
+from trace_rl.train.config_parse import ConfigError
+
+if TYPE_CHECKING:
+    from trace_rl.train.config import TrainConfig
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Check value ranges and combinations; raise ConfigError naming the first bad key."""
+    from trace_rl.allocation import METHODS
+
+    def need(ok: bool, key: str, why: str) -> None:
+        if not ok:
+            raise ConfigError(f"{key}: {why}")
+
+    need(cfg.method in METHODS, "method", f"unknown method {cfg.method!r} (known: {', '.join(METHODS)})")
+    need(cfg.steps >= 1, "steps", "must be at least 1")
+    need(cfg.eval_every >= 0, "eval_every", "must be >= 0 (0 disables evaluation)")
+    need(cfg.threads >= 0, "threads", "must be >= 0 (0 = min(cores, 4))")
+    need(
+        cfg.device in ("auto", "cpu") or re.fullmatch(r"cuda(:\d+)?", cfg.device) is not None,
+        "device",
+        f"must be auto, cpu, cuda or cuda:N, got {cfg.device!r}",
+    )
+    need(cfg.checkpoint_every >= 1, "checkpoint_every", "must be at least 1")
+    from trace_rl.envs import env_problem
+
+    env_error = env_problem(cfg.env.name, gold=cfg.policy.sft_steps > 0)
+    need(env_error is None, "env.name", str(env_error))
+    need(cfg.env.max_turns >= 1, "env.max_turns", "must be at least 1")
+    need(cfg.env.eval_tasks >= 0, "env.eval_tasks", "must be >= 0")
+    need(
+        math.isfinite(cfg.env.eval_temperature) and cfg.env.eval_temperature >= 0,
+        "env.eval_temperature",
+        "must be finite and >= 0 (0 = greedy)",
+    )
+    need(cfg.env.eval_samples >= 1, "env.eval_samples", "must be >= 1")
+    need(
+        cfg.env.eval_temperature > 0 or cfg.env.eval_samples == 1,
+        "env.eval_samples",
+        "must be 1 when env.eval_temperature is 0 (greedy samples are identical)",
+    )
+    need(cfg.policy.sft_steps >= 0, "policy.sft_steps", "must be >= 0")
+    need(cfg.policy.sft_evals >= 1, "policy.sft_evals", "must be >= 1 (the last evaluation checks the jump)")
+    need(cfg.policy.sft_batch >= 1, "policy.sft_batch", "must be at least 1")
+    need(
+        0 <= cfg.policy.sft_stop_success <= 1,
+        "policy.sft_stop_success",
+        "must lie in [0, 1] (0 = no stop rule)",
+    )
+    need(0 <= cfg.policy.sft_stop_mixed <= 1, "policy.sft_stop_mixed", "must lie in [0, 1]")
+    need(cfg.policy.sft_min_steps >= 0, "policy.sft_min_steps", "must be >= 0")
+    need(cfg.policy.sft_eval_every >= 1, "policy.sft_eval_every", "must be at least 1")
+    need(cfg.policy.sft_probe_prompts >= 1, "policy.sft_probe_prompts", "must be at least 1")
+    need(cfg.sampling.max_new_tokens >= 1, "sampling.max_new_tokens", "must be at least 1")
+    need(cfg.sampling.temperature > 0, "sampling.temperature", "must be > 0 for RL sampling")
+    need(0 < cfg.sampling.top_p <= 1, "sampling.top_p", "must lie in (0, 1]")
+    need(cfg.sampling.max_concurrency >= 1, "sampling.max_concurrency", "must be at least 1")
+    need(cfg.budget.accounting in ("paper", "token"), "budget.accounting", "must be 'paper' or 'token'")
+    try:
+        shape = budget_shape(cfg)
+    except ValueError as exc:
+        raise ConfigError(f"budget: {exc}") from None
+    need(
+        shape.min_rollouts >= 2, "budget.min_rollouts", "must be at least 2 (a group of one has no contrast)"
+    )
+    cap = shape.max_rollouts
+    need(
+        cap is None or cap >= shape.group_size,
+        "budget.max_rollouts",
+        f"must be at least budget.group_size ({shape.group_size}) so the allocating methods can spend what the "
+        "uniform ones do",
+    )  # with cap >= n, M roots always fit the batch: floor(M (1 + N c) / n) * cap >= M
+    need(
+        cfg.env.pool_size >= shape.batch_size,
+        "env.pool_size",
+        f"must be at least the baselines' batch size {shape.batch_size} (= floor(M (1 + N c) / n))",
+    )
+    need(
+        cfg.method != "dapo" or cfg.env.pool_size >= cfg.budget.max_num_gen_batches * shape.batch_size,
+        "budget.max_num_gen_batches",
+        f"dapo draws up to max_num_gen_batches batches of {shape.batch_size} distinct prompts from the step's "
+        f"pool of env.pool_size={cfg.env.pool_size}: raise env.pool_size or lower the cap",
+    )
+    need(
+        cfg.total_budget == 0 or cfg.total_budget >= shape.total,
+        "total_budget",
+        f"must be 0 or at least one step's budget ({shape.total:g} rollout-equivalents)",
+    )
+    need(
+        cfg.optim.estimator in ("auto", "grpo", "tree_grpo", "treerpo"),
+        "optim.estimator",
+        "must be auto, grpo, tree_grpo or treerpo",
+    )
+    need(
+        cfg.optim.loss_agg
+        in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
+        "optim.loss_agg",
+        "token-mean, seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm",
+    )
+    need(cfg.optim.zero_advantage_rows in ("count", "drop"), "optim.zero_advantage_rows", "count or drop")
+    need(
+        cfg.optim.loss_scale_tokens == 0 or cfg.optim.loss_agg == "seq-mean-token-sum-norm",
+        "optim.loss_scale_tokens",
+        "only seq-mean-token-sum-norm uses a constant length normaliser; leave it 0",
+    )
+    need(cfg.optim.loss_scale_tokens >= 0, "optim.loss_scale_tokens", "must be >= 0")
+    need(
+        (cfg.optim.minibatches > 0) != (cfg.optim.minibatch > 0),
+        "optim.minibatches",
+        "set exactly one of optim.minibatches (optimizer steps per RL step, equal for every method) and "
+        "optim.minibatch (paths per step); set the other to 0",
+    )
+    need(cfg.total_budget >= 0, "total_budget", "must be >= 0 (0: the run ends after `steps` steps)")
+    need(
+        cfg.budget.max_num_gen_batches >= 0,
+        "budget.max_num_gen_batches",
+        "must be >= 0 (0 = the pool's limit)",
+    )
+    need(cfg.optim.lr > 0, "optim.lr", "must be > 0")
+    need(0 < cfg.optim.clip < 1, "optim.clip", "must lie in (0, 1)")
+    need(cfg.optim.kl_coef >= 0, "optim.kl_coef", "must be >= 0")
+    need(cfg.optim.epochs >= 1, "optim.epochs", "must be at least 1")
+    need(cfg.optim.minibatch >= 0 and cfg.optim.minibatches >= 0, "optim.minibatch", "must be >= 0")
+    need(
+        cfg.optim.micro_tokens >= 0, "optim.micro_tokens", "must be >= 0 (0 = one forward pass per minibatch)"
+    )
+    need(0 <= cfg.predictor.prefix_share <= 1, "predictor.prefix_share", "must lie in [0, 1]")
+    need(cfg.predictor.buffer_steps >= 1, "predictor.buffer_steps", "must be at least 1")
+    need(cfg.predictor.updates >= 0, "predictor.updates", "must be >= 0")
+    need(cfg.backend.kind in ("local", "vllm", "sglang"), "backend.kind", "must be local, vllm or sglang")
+    need(
+        cfg.backend.kind != "sglang" or any(u.strip() for u in cfg.backend.urls.split(",")),
+        "backend.urls",
+        "must list the running SGLang servers with backend.kind=sglang (e.g. http://host:30000,http://host:30001):"
+        " trace-rl launches only vLLM servers",
+    )
+    need(cfg.backend.replicas >= 1, "backend.replicas", "must be at least 1")
+    need(cfg.backend.max_in_flight >= 1, "backend.max_in_flight", "must be at least 1")
+    need(cfg.backend.dtype in ("float32", "bfloat16"), "backend.dtype", "must be float32 or bfloat16")
+    need(cfg.backend.kv_cache_gib >= 1, "backend.kv_cache_gib", "must be at least 1 (whole GiB)")
+    need(
+        cfg.backend.kind != "vllm" or cfg.sampling.top_p == 1,
+        "sampling.top_p",
+        "must be 1 with backend.kind=vllm (vLLM's logprobs after top-p are not what the trainer recomputes)",
+    )
+
+
+def budget_shape(cfg: TrainConfig) -> Any:
+    """The run's `BudgetShape`."""
+    from trace_rl.allocation import BudgetShape
+
+    b = cfg.budget
+    return BudgetShape(
+        roots=b.roots,
+        continuations=b.continuations,
+        group_size=b.group_size,
+        replay_cost=b.replay_cost,
+        min_rollouts=b.min_rollouts,
+        max_rollouts=b.max_rollouts,
+    )
+
+
+def estimator_for(cfg: TrainConfig) -> str:
+    """Resolve optim.estimator="auto": grpo for flat methods, tree_grpo for bfcl, treerpo otherwise (paper)."""
+    from trace_rl.allocation import get_method
+
+    if cfg.optim.estimator != "auto":
+        return cfg.optim.estimator
+    if not get_method(cfg.method).has_replays:
+        return "grpo"
+    return "tree_grpo" if cfg.env.name == "bfcl" else "treerpo"
