@@ -4,9 +4,10 @@ table of final pass@1 / AUC / rollouts to GRPO's final pass@1 with paired interv
 Three methods x three seeds, 10 steps each, evaluations at steps 0, 5, 10 (hand numbers in the comments):
 - grpo: 64 rollouts per step, logged without ``rollouts_generated`` (budget_spent stands in); pass@1 0.20, 0.30,
   0.40 (+ 0.01 x seed): final 0.35 + 0.01 s, reached at 480 of its 640 rollouts.
-- dapo: 128 generated rollouts per step (half discarded), pass@1 0.20, 0.30, 0.33 (+ 0.01 s): never reaches
+- dapo: 128 generated rollouts per step (half discarded; all counted in budget_spent), pass@1 0.20, 0.30, 0.33 (+ 0.01 s): never reaches
   GRPO's final pass@1.
-- trace: 96 generated rollouts per step, pass@1 0.20, 0.40, 0.50 (+ 0.02 s).
+- trace: 96 generated rollouts per step (replays count 1) for 64 rollout-equivalents (a replay costs 0.5),
+  pass@1 0.20, 0.40, 0.50 (+ 0.02 s).
 """
 
 from __future__ import annotations
@@ -19,16 +20,16 @@ import sys
 from pathlib import Path
 
 CLI = [sys.executable, "-m", "trace_rl.cli.main"]
-METHODS = {  # method -> (rollouts generated per step or None, tokens per step, tool calls per step, pass@1, slope)
-    "grpo": (None, 1000, 4, (0.20, 0.30, 0.40), 0.01),
-    "dapo": (128, 2000, 8, (0.20, 0.30, 0.33), 0.01),
-    "trace": (96, 900, 3, (0.20, 0.40, 0.50), 0.02),
+METHODS = {  # method -> (rollouts generated per step or None, rollout-eq., tokens, tool calls, pass@1, slope)
+    "grpo": (None, 64.0, 1000, 4, (0.20, 0.30, 0.40), 0.01),
+    "dapo": (128, 128.0, 2000, 8, (0.20, 0.30, 0.33), 0.01),
+    "trace": (96, 64.0, 900, 3, (0.20, 0.40, 0.50), 0.02),
 }
 
 
 def write_folder(root: Path) -> None:
     table = {}
-    for method, (generated, tokens, tools, accuracy, slope) in METHODS.items():
+    for method, (generated, spent, tokens, tools, accuracy, slope) in METHODS.items():
         runs = []
         for seed in range(3):
             records: list[dict] = [{"kind": "eval", "step": 0, "eval_accuracy": accuracy[0] + slope * seed}]
@@ -37,7 +38,7 @@ def write_folder(root: Path) -> None:
                     "kind": "train",
                     "step": step,
                     "method": method,
-                    "budget_spent": 64.0,
+                    "budget_spent": spent,
                     "budget_total": 64.0,
                     "effective_ratio": 0.5,
                     "success_rate": 0.4,
@@ -56,7 +57,7 @@ def write_folder(root: Path) -> None:
             (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
             evals = [r["eval_accuracy"] for r in records if r["kind"] == "eval"]
             runs.append(  # what compare keeps per seed (train.run.summarize)
-                {"effective_ratio": 0.5, "success_rate": 0.4, "budget_spent": 64.0, "wall_s": 2.0}
+                {"effective_ratio": 0.5, "success_rate": 0.4, "budget_spent": spent, "wall_s": 2.0}
                 | {"eval_accuracy": evals[-1], "eval_accuracy_first": evals[0]}
             )
         table[method] = {"seeds": 3, "method": method, "runs": runs}
@@ -80,7 +81,7 @@ def test_report_draws_learning_curves_and_their_table(tmp_path) -> None:
     res = subprocess.run([*CLI, "report", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     page = (tmp_path / "report.html").read_text()
-    for name in ("accuracy_vs_rollouts.png", "accuracy_vs_tokens.png"):
+    for name in ("accuracy_vs_rollouts.png", "accuracy_vs_rollout_eq.png", "accuracy_vs_tokens.png"):
         assert name in page and (tmp_path / "report" / name).stat().st_size > 1000
 
     curve = cells(page, "curve-table")
@@ -105,10 +106,23 @@ def test_report_draws_learning_curves_and_their_table(tmp_path) -> None:
     assert trace[7] == f"-144 [{-144 - t2 * 24:.1f}, {-144 + t2 * 24:.1f}]"  # paired: 360, 336, 312 minus 480
     assert dapo[5] == "not reached" and dapo[7] == "–"
 
+    # on the rollout-equivalents axis GRPO and TRACE spend 64 a step, DAPO 128: the common range is [0, 640] again;
+    # columns: seeds, AUC, AUC - grpo, rollout-eq. to grpo's final, share, difference
+    eq = cells(page, "curve-table-rollout_equivalents")
+    assert (
+        eq["grpo"][1].startswith("31.0 %")
+        and eq["grpo"][3].startswith("480 ")
+        and eq["dapo"][3] == "not reached"
+    )
+    # trace: pass@1 0.20, 0.40, 0.50 (+ 0.02 s) at 0, 320, 640: (320 x 0.3 + 320 x 0.45) / 640 = 0.375 (+ 0.02 s)
+    assert eq["trace"][1].startswith("39.5 %") and eq["trace"][2].startswith("+8.5 [")
+    # reaches 0.35 + 0.01 s at (0.15 - 0.01 s) / 0.2 x 320 = 240, 224, 208 rollout-eq.; share of GRPO's 640
+    assert eq["trace"][3].startswith("224 ") and eq["trace"][4].startswith("35.0 %")
     raw = cells(page, "cost-table")
     cost = {m: [c.split(" ±")[0] for c in row] for m, row in raw.items()}
     # columns: steps, rollouts / step, total, rollout-eq / step, total, tokens / step, total, tools / step, total
-    assert cost["dapo"][:5] == ["10", "128", "1,280", "64", "640"]
+    assert cost["dapo"][:5] == ["10", "128", "1,280", "128", "1,280"]
+    assert cost["trace"][1:5] == ["96", "960", "64", "640"]
     assert cost["trace"][5:] == ["900", "9,000", "3", "30"]
     assert cost["grpo"][1:3] == ["64", "640"] and "budget_spent stands in" in page  # not logged: the fallback
     assert [c.endswith("*") for c in raw["grpo"][:4]] == [False, True, True, False]

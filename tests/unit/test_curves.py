@@ -218,7 +218,9 @@ def test_compare_prints_the_curve_and_cost_table() -> None:
         "curves": {"baseline": "grpo", "auc_range": {"low": 0.0, "high": 640.0}},
         "methods": {
             "grpo": {"seeds": 2, "final_accuracy": 0.35, "auc": 0.3, "rollouts_to_baseline_final": 480.0}
-            | {"rollouts_to_baseline_final_reached": 2, "rollouts_generated": 64.0, "tool_calls_total": 40.0},
+            | {"rollouts_to_baseline_final_reached": 2, "rollouts_generated": 64.0, "tool_calls_total": 40.0}
+            | {"auc_rollout_equivalents": 0.31, "rollout_equivalents_to_baseline_final": 320.0}
+            | {"rollout_equivalents_to_baseline_final_reached": 2},
             "dapo": {"seeds": 2, "final_accuracy": 0.315, "rollouts_to_baseline_final_reached": 0},
         },
         "paired": {
@@ -228,10 +230,39 @@ def test_compare_prints_the_curve_and_cost_table() -> None:
     lines = curve_lines(result)
     assert "generated rollouts 0..640" in lines[0]
     assert (
-        "final=0.350 auc=0.300 reach=480 (2/2 seeds) rollouts=64.0/-" in lines[1]
-        and "tool_calls=-/40" in lines[1]
+        "final=0.350 auc=0.300 reach=480 (2/2 seeds) auc_eq=0.310 reach_eq=320 (2/2 seeds) rollouts=64.0/-"
+        in lines[1]
     )
+    assert "tool_calls=-/40" in lines[1]
     assert "final=0.315 auc=- reach=- (0/2 seeds)" in lines[2]
     assert (
         lines[3].split() == "dapo-grpo final -0.035 [-0.050, -0.020] (n=2) (paired 95% t-intervals)".split()
     )
+
+
+def test_summaries_on_the_rollout_equivalents_axis() -> None:
+    # TRACE generates 96 rollouts a step (replays count 1 each) for 64 rollout-equivalents (a replay costs 0.5)
+    grpo = [C.learning_curve(run_records({0: 0.2, 2: 0.4}, flat(2)))]
+    step = {"budget_spent": 64, "rollouts_generated": 96, "tokens_generated": 900, "tool_calls": 1}
+    trace = [C.learning_curve(run_records({0: 0.2, 1: 0.35, 2: 0.45}, [step, step]))]
+    assert C.summary_keys("rollout_equivalents") == (
+        "auc_rollout_equivalents",
+        "rollout_equivalents_to_baseline_final",
+        "rollout_equivalents_to_baseline_final_share",
+    )
+    doc = C.curves_document({"grpo": grpo, "trace": trace}, "grpo", points=3)
+    t = doc["methods"]["trace"]["summary"][0]
+    # GRPO's final pass@1 0.4 (one evaluation after step 0); TRACE's curve reaches it half way through step 2
+    assert t["rollouts_to_baseline_final"] == pytest.approx(144.0)  # 96 + 48 generated rollouts
+    assert t["rollouts_to_baseline_final_share"] == pytest.approx(144 / 128)
+    assert t["rollout_equivalents_to_baseline_final"] == pytest.approx(96.0)  # 64 + 32 rollout-equivalents
+    assert t["rollout_equivalents_to_baseline_final_share"] == pytest.approx(0.75)
+    # both AUCs over [0, 128] (GRPO's end on either axis)
+    assert t["auc"] == pytest.approx((96 * 0.275 + 32 * (0.35 + 0.35 + 0.1 / 3) / 2) / 128)
+    assert t["auc_rollout_equivalents"] == pytest.approx((64 * 0.275 + 64 * 0.4) / 128)
+    assert doc["auc_ranges"] == {
+        "rollouts": {"low": 0.0, "high": 128.0},
+        "rollout_equivalents": {"low": 0.0, "high": 128.0},
+    }
+    with pytest.raises(ValueError, match="unknown learning-curve axis"):
+        C.summary_keys("steps")

@@ -80,16 +80,23 @@ def curve_lines(result: dict[str, Any]) -> list[str]:
     """The learning-curve and cost table of a comparison.json (trace_rl.metrics.curves), as printed lines."""
     info = result.get("curves") or {}
     baseline, span = info.get("baseline", "?"), info.get("auc_range") or {}
+    eq = (info.get("auc_ranges") or {}).get("rollout_equivalents") or {}
     lines = [
         f"learning curves (baseline {baseline}): final = mean of the last two held-out evaluations; auc = mean "
         f"pass@1 over generated rollouts {_fmt(span.get('low'), ',.0f')}..{_fmt(span.get('high'), ',.0f')}; "
-        f"reach = generated rollouts to {baseline}'s final pass@1 (same seed); cost per step / total"
+        f"reach = generated rollouts to {baseline}'s final pass@1 (same seed); auc_eq, reach_eq: the same in "
+        f"rollout-equivalents (auc_eq over {_fmt(eq.get('low'), ',.0f')}..{_fmt(eq.get('high'), ',.0f')}); "
+        "cost per step / total"
     ]
     for name, row in result["methods"].items():
-        reached = f"{row.get('rollouts_to_baseline_final_reached', 0)}/{row.get('seeds', '?')} seeds"
+        seeds = row.get("seeds", "?")
+        reached = f"{row.get('rollouts_to_baseline_final_reached', 0)}/{seeds} seeds"
+        reached_eq = f"{row.get('rollout_equivalents_to_baseline_final_reached', 0)}/{seeds} seeds"
         lines.append(
             f"{name:18s} final={_fmt(row.get('final_accuracy'), '.3f')} auc={_fmt(row.get('auc'), '.3f')} "
             f"reach={_fmt(row.get('rollouts_to_baseline_final'), ',.0f')} ({reached}) "
+            f"auc_eq={_fmt(row.get('auc_rollout_equivalents'), '.3f')} "
+            f"reach_eq={_fmt(row.get('rollout_equivalents_to_baseline_final'), ',.0f')} ({reached_eq}) "
             f"rollouts={_fmt(row.get('rollouts_generated'), ',.1f')}/{_fmt(row.get('rollouts_generated_total'), ',.0f')} "
             f"rollout_eq={_fmt(row.get('budget_spent'), ',.1f')}/{_fmt(row.get('budget_spent_total'), ',.0f')} "
             f"tokens={_fmt(row.get('tokens_generated'), ',.0f')}/{_fmt(row.get('tokens_generated_total'), ',.0f')} "
@@ -101,6 +108,8 @@ def curve_lines(result: dict[str, Any]) -> list[str]:
             ("final_accuracy", "final", "+.3f"),
             ("auc", "auc", "+.3f"),
             ("rollouts_to_baseline_final", "reach", "+,.0f"),
+            ("auc_rollout_equivalents", "auc_eq", "+.3f"),
+            ("rollout_equivalents_to_baseline_final", "reach_eq", "+,.0f"),
         ):
             d = rows.get(key)
             if d is not None:

@@ -31,6 +31,9 @@ Definitions (docs/training.md, "Learning curves"):
   the baseline's run with the same seed (runs with one seed start from one policy and draw the same candidate
   pools), linearly interpolated between the two evaluations around the crossing; NaN (not reached) if it never
   does. Its ``_share`` divides by the baseline run's rollouts at its last evaluation.
+- The same AUC and crossing on the rollout-equivalents axis (the unit of compare's equal ``total_budget``, where a
+  replay costs ``budget.replay_cost``): ``auc_rollout_equivalents``, ``rollout_equivalents_to_baseline_final``
+  and its ``_share`` (``summary_keys``).
 - Intervals: two-sided 95 % Student-t over seeds (``trace_rl.metrics.summary.t_interval``); paired ones on the
   per-seed differences against the baseline, over the seeds where both values are finite.
 
@@ -57,7 +60,21 @@ AXIS_FIELDS = {  # axis -> the step-record field summed along it
     "tokens": "tokens_generated",
     "tool_calls": "tool_calls",
 }
-SUMMARY_KEYS = ("final_accuracy", "auc", "rollouts_to_baseline_final", "rollouts_to_baseline_final_share")
+SUMMARY_AXES = ("rollouts", "rollout_equivalents")  # the axes compare and the report summarise
+
+
+def summary_keys(axis: str = "rollouts") -> tuple[str, str, str]:
+    """Names of (AUC, spend to the baseline's final accuracy, its share) on an axis:
+    ("auc", "rollouts_to_baseline_final", "rollouts_to_baseline_final_share") on ``rollouts``, else
+    ("auc_<axis>", "<axis>_to_baseline_final", "<axis>_to_baseline_final_share").
+
+    Raises:
+        ValueError: an unknown axis.
+    """
+    if axis not in AXES:
+        raise ValueError(f"unknown learning-curve axis {axis!r}; expected one of {', '.join(AXES)}")
+    auc = "auc" if axis == "rollouts" else f"auc_{axis}"
+    return auc, f"{axis}_to_baseline_final", f"{axis}_to_baseline_final_share"
 
 
 @dataclass(frozen=True)
@@ -268,11 +285,13 @@ def curve_summaries(
     """Per method, per seed (list index = seed): ``final_accuracy``, ``auc`` (over ``common_range`` of ALL the
     methods' runs), ``rollouts_to_baseline_final`` (first crossing of the baseline run of the same seed's final
     accuracy; NaN if not reached or that run is missing) and ``rollouts_to_baseline_final_share`` (divided by
-    that baseline run's spend at its last evaluation). Definitions in the module docstring.
+    that baseline run's spend at its last evaluation); on another ``axis`` the last three are named by
+    ``summary_keys(axis)``. Definitions in the module docstring.
 
     Raises:
-        ValueError: ``baseline`` is not among the methods.
+        ValueError: ``baseline`` is not among the methods, or an unknown axis.
     """
+    auc_key, reach_key, share_key = summary_keys(axis)
     if baseline not in curves:
         raise ValueError(f"baseline {baseline!r} is not among the methods {', '.join(curves)}")
     low, high = common_range([c for runs in curves.values() for c in runs], axis)
@@ -289,9 +308,9 @@ def curve_summaries(
             rows.append(
                 {
                     "final_accuracy": final_accuracy(c),
-                    "auc": area_under_curve(x, c.accuracy, low, high),
-                    "rollouts_to_baseline_final": reach,
-                    "rollouts_to_baseline_final_share": reach / base_total if base_total > 0 else math.nan,
+                    auc_key: area_under_curve(x, c.accuracy, low, high),
+                    reach_key: reach,
+                    share_key: reach / base_total if base_total > 0 else math.nan,
                 }
             )
         out[label] = rows
@@ -332,6 +351,10 @@ def finite_or_none(value: float) -> float | None:
     return float(value) if math.isfinite(float(value)) else None
 
 
+def _span(span: tuple[float, float]) -> dict[str, float | None]:
+    return {"low": finite_or_none(span[0]), "high": finite_or_none(span[1])}
+
+
 def _json_list(values: np.ndarray) -> list[float | None]:
     return [finite_or_none(v) for v in np.asarray(values, dtype=np.float64).tolist()]
 
@@ -347,12 +370,16 @@ def curves_document(
 
     ``methods[label]["seeds"]``: each seed's points (``step``, ``eval_accuracy`` and the cumulative spend on
     every axis of ``AXES``); ``methods[label]["bands"][axis]``: ``band`` on the grid shared by all methods for
-    that axis (``grid_for``); ``methods[label]["summary"]``: ``curve_summaries`` per seed; ``auc_range``: the
-    common rollouts range of the AUC.
+    that axis (``grid_for``); ``methods[label]["summary"]``: ``curve_summaries`` per seed on every axis of
+    ``SUMMARY_AXES``; ``auc_range``: the common rollouts range of the AUC, ``auc_ranges``: the range per axis.
     """
     everything = [c for runs in curves.values() for c in runs]
-    low, high = common_range(everything, "rollouts")
-    summaries = curve_summaries(curves, baseline)
+    ranges = {axis: common_range(everything, axis) for axis in SUMMARY_AXES}
+    summaries = {label: [dict[str, float]() for _ in runs] for label, runs in curves.items()}
+    for axis in SUMMARY_AXES:
+        for label, rows in curve_summaries(curves, baseline, axis).items():
+            for merged, row in zip(summaries[label], rows, strict=True):
+                merged.update(row)
     grids = {axis: grid_for(everything, axis, points) for axis in axes}
     methods: dict[str, Any] = {}
     for label, runs in curves.items():
@@ -380,7 +407,8 @@ def curves_document(
         }
     return {
         "baseline": baseline,
-        "auc_range": {"axis": "rollouts", "low": finite_or_none(low), "high": finite_or_none(high)},
+        "auc_range": {"axis": "rollouts", **_span(ranges["rollouts"])},
+        "auc_ranges": {axis: _span(span) for axis, span in ranges.items()},
         "interpolation": "linear between consecutive evaluations, no extrapolation; band: pointwise mean over "
         "seeds +- 95 % Student-t half-width, only where every seed covers the point",
         "methods": methods,

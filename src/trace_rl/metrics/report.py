@@ -29,6 +29,7 @@ from trace_rl.metrics.curves import (
     learning_curve,
     paired_interval,
     run_cost,
+    summary_keys,
 )
 from trace_rl.metrics.summary import (
     TIME_KEYS,
@@ -257,6 +258,7 @@ def _calibration_plot(path: Path, runs: Runs) -> bool:
 
 AXIS_LABELS = {
     "rollouts": "generated rollouts (cumulative, discarded ones included)",
+    "rollout_equivalents": "rollout-equivalents (cumulative budget_spent)",
     "tokens": "generated tokens (cumulative)",
 }
 
@@ -282,8 +284,8 @@ def _learning_curve_plot(
     path: Path, title: str, curves: Mapping[str, Sequence[LearningCurve]], axis: str
 ) -> bool:
     """Held-out pass@1 against the cumulative spend on ``axis``: per method the mean over seeds on a shared grid
-    with its pointwise 95 % t-band, and each seed's evaluations as faint points; on the rollouts axis a dotted
-    line where the range every run covers (the AUC's) ends."""
+    with its pointwise 95 % t-band, and each seed's evaluations as faint points; on the rollouts and
+    rollout-equivalents axes a dotted line where the range every run covers (the AUC's) ends."""
     everything = [c for seeds in curves.values() for c in seeds]
     grid = grid_for(everything, axis)
     if grid.size == 0:
@@ -302,7 +304,7 @@ def _learning_curve_plot(
         for c in seeds:
             ax.scatter(c.axis(axis), c.accuracy, s=8, color=line.get_color(), alpha=0.45, linewidths=0)
         drawn = True
-    if axis == "rollouts":
+    if axis in ("rollouts", "rollout_equivalents"):
         high = common_range(everything, axis)[1]
         if np.isfinite(high):
             ax.axvline(
@@ -622,53 +624,62 @@ COST_COLUMNS = (  # (key of run_cost, header)
 )
 
 
-def _curve_table(curves: Mapping[str, Sequence[LearningCurve]]) -> str:
-    """Final accuracy, AUC and rollouts to the baseline's final accuracy with paired intervals; the baseline is the
-    first method (compare's first --methods entry). Empty when no run was evaluated."""
+AXIS_UNITS = {"rollouts": "rollouts", "rollout_equivalents": "rollout-eq."}
+
+
+def _curve_table(curves: Mapping[str, Sequence[LearningCurve]], axis: str = "rollouts") -> str:
+    """Final accuracy (on the rollouts axis only), AUC and the spend to the baseline's final accuracy on ``axis``,
+    with paired intervals; the baseline is the first method (compare's first --methods entry). Empty when no run
+    was evaluated."""
     labels = list(curves)
     if not labels or not any(c.step.size for seeds in curves.values() for c in seeds):
         return ""
     baseline = labels[0]
-    summaries = curve_summaries(curves, baseline)
-    low, high = common_range([c for seeds in curves.values() for c in seeds])
+    summaries = curve_summaries(curves, baseline, axis)
+    auc_key, reach_key, share_key = summary_keys(axis)
+    low, high = common_range([c for seeds in curves.values() for c in seeds], axis)
+    unit = AXIS_UNITS[axis]
+    with_final = axis == "rollouts"
 
     def column(label: str, key: str) -> list[float]:
         return [row[key] for row in summaries[label]]
 
-    head = (
-        "<tr><th>method</th><th>seeds</th><th>final pass@1</th>"
-        f"<th>final pass@1 − {_e(baseline)}</th><th>AUC</th><th>AUC − {_e(baseline)}</th>"
-        f"<th>rollouts to {_e(baseline)}'s final pass@1</th><th>share of {_e(baseline)}'s rollouts</th>"
-        f"<th>rollouts to it − {_e(baseline)}</th></tr>"
+    def paired(label: str, key: str, share: bool) -> str:
+        return (
+            "baseline"
+            if label == baseline
+            else _paired_cell(column(label, key), column(baseline, key), share)
+        )
+
+    head = "<tr><th>method</th><th>seeds</th>"
+    if with_final:
+        head += f"<th>final pass@1</th><th>final pass@1 − {_e(baseline)}</th>"
+    head += (
+        f"<th>AUC</th><th>AUC − {_e(baseline)}</th><th>{unit} to {_e(baseline)}'s final pass@1</th>"
+        f"<th>share of {_e(baseline)}'s {unit}</th><th>{unit} to it − {_e(baseline)}</th></tr>"
     )
     body = []
     for label in labels:
         k = len(curves[label])
-        reach = column(label, "rollouts_to_baseline_final")
-        reached = [x for x in reach if np.isfinite(x)]
+        reached = [x for x in column(label, reach_key) if np.isfinite(x)]
         if reached:
             reach_text = _count_cell(reached)
-            share_text = _cell(
-                [x for x in column(label, "rollouts_to_baseline_final_share") if np.isfinite(x)], True, False
-            )[0]
+            share_text = _cell([x for x in column(label, share_key) if np.isfinite(x)], True, False)[0]
             if len(reached) < k:
                 reach_text += f" <span class='pm'>reached in {len(reached)} of {k} seeds</span>"
         else:
             reach_text, share_text = "not reached", "–"
-        cells = [
-            _cell(column(label, "final_accuracy"), True, False)[0],
-            "baseline"
-            if label == baseline
-            else _paired_cell(column(label, "final_accuracy"), column(baseline, "final_accuracy"), True),
-            _cell(column(label, "auc"), True, False)[0],
-            "baseline"
-            if label == baseline
-            else _paired_cell(column(label, "auc"), column(baseline, "auc"), True),
+        cells = (
+            [_cell(column(label, "final_accuracy"), True, False)[0], paired(label, "final_accuracy", True)]
+            if with_final
+            else []
+        )
+        cells += [
+            _cell(column(label, auc_key), True, False)[0],
+            paired(label, auc_key, True),
             reach_text,
             share_text,
-            "baseline"
-            if label == baseline
-            else _paired_cell(reach, column(baseline, "rollouts_to_baseline_final"), False),
+            paired(label, reach_key, False),
         ]
         body.append(
             f"<tr data-row='{_e(label)}'><td>{_e(label)}</td><td>{k}</td>"
@@ -676,17 +687,21 @@ def _curve_table(curves: Mapping[str, Sequence[LearningCurve]]) -> str:
             + "</tr>"
         )
     note = (
-        "Final pass@1: mean of each run's last two held-out evaluations after step 0. AUC: mean pass@1 over the "
-        f"generated-rollout range every run covers ({fmt_number(low)} to {fmt_number(high)} rollouts; the area "
-        "under the piecewise-linear curve divided by the range). Rollouts to the baseline's final pass@1: where a "
-        "run's curve first reaches the final pass@1 of the baseline's run with the same seed (linear between "
-        "evaluations); its share divides by that baseline run's generated rollouts. Mean over seeds ± 95 % "
-        "Student-t half-width; differences are paired by seed: mean [95 % t-interval]."
+        "Final pass@1: mean of each run's last two held-out evaluations after step 0. " if with_final else ""
+    ) + (
+        f"AUC: mean pass@1 over the range of {unit} every run covers ({fmt_number(low)} to {fmt_number(high)}; "
+        "the area under the piecewise-linear curve divided by the range). Spend to the baseline's final pass@1: "
+        "where a run's curve first reaches the final pass@1 of the baseline's run with the same seed (linear "
+        "between evaluations); its share divides by that baseline run's spend at its last evaluation. Mean over "
+        "seeds ± 95 % Student-t half-width; differences are paired by seed: mean [95 % t-interval]."
     )
-    return (
-        f"<h2>Learning curves at equal generated budget (baseline {_e(baseline)})</h2>"
-        f"<table data-role='curve-table'>{head}{''.join(body)}</table><p class='sub'>{_e(note)}</p>"
+    title = (
+        f"Learning curves at equal generated budget: against generated rollouts (baseline {_e(baseline)})"
+        if with_final
+        else "The same against rollout-equivalents (a replay costs budget.replay_cost; compare's equal budget)"
     )
+    role = "curve-table" if with_final else f"curve-table-{_e(axis)}"
+    return f"<h2>{title}</h2><table data-role='{role}'>{head}{''.join(body)}</table><p class='sub'>{_e(note)}</p>"
 
 
 def _cost_table(runs: Runs) -> str:
@@ -771,7 +786,11 @@ def write_report(folder: str | Path) -> Path:
         ),
     ]
     curves = _curves(runs)
-    for axis, name in (("rollouts", "accuracy_vs_rollouts.png"), ("tokens", "accuracy_vs_tokens.png")):
+    for axis, name in (
+        ("rollouts", "accuracy_vs_rollouts.png"),
+        ("rollout_equivalents", "accuracy_vs_rollout_eq.png"),
+        ("tokens", "accuracy_vs_tokens.png"),
+    ):
         title = f"{_eval_title(runs)} vs {AXIS_LABELS[axis].split(' (')[0]}"
         if _learning_curve_plot(img / name, title, curves, axis):
             figures.append((name, title))
@@ -800,7 +819,7 @@ def write_report(folder: str | Path) -> Path:
             f"{seeds} seeds each"
         )
         summary = "<h2>Methods at equal budget</h2>" + _compare_table(comparison)
-        summary += _curve_table(curves) + _cost_table(runs)
+        summary += _curve_table(curves) + _curve_table(curves, "rollout_equivalents") + _cost_table(runs)
         shares = {label: time_shares(train_records(recs)) for label, recs in _pooled(runs).items()}
         if any(shares.values()):
             summary += _time_table({label: share for label, share in shares.items() if share})

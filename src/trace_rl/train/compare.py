@@ -39,6 +39,9 @@ METRICS = (
     "auc",
     "rollouts_to_baseline_final",
     "rollouts_to_baseline_final_share",
+    "auc_rollout_equivalents",
+    "rollout_equivalents_to_baseline_final",
+    "rollout_equivalents_to_baseline_final_share",
     # cost as generated, per step and in total (trace_rl.metrics.curves.run_cost)
     "steps",
     "rollouts_generated",
@@ -59,6 +62,9 @@ PAIRED_METRICS = (
     "auc",
     "rollouts_to_baseline_final",
     "rollouts_to_baseline_final_share",
+    "auc_rollout_equivalents",
+    "rollout_equivalents_to_baseline_final",
+    "rollout_equivalents_to_baseline_final_share",
 )
 
 
@@ -264,8 +270,8 @@ def compare(
             row["budget_total"] = budget_shape(with_overrides(base, overrides)).total
         for metric in METRICS:
             vals = [r[metric] for r in runs if _finite(r.get(metric))]
-            if metric == "rollouts_to_baseline_final":
-                row["rollouts_to_baseline_final_reached"] = len(vals)  # seeds; the mean is over these
+            if metric.endswith("_to_baseline_final"):
+                row[f"{metric}_reached"] = len(vals)  # seeds; the mean is over these
             if vals:
                 row[metric] = float(np.mean(vals))
                 row[f"{metric}_std"] = float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
@@ -276,7 +282,12 @@ def compare(
         "budget_total": budget_shape(cfg).total,
         "methods": per_method,
         "paired": paired_differences(per_method, labels, seeds, baseline=labels[0]),
-        "curves": {"file": "curves.json", "baseline": labels[0], "auc_range": document["auc_range"]},
+        "curves": {
+            "file": "curves.json",
+            "baseline": labels[0],
+            "auc_range": document["auc_range"],
+            "auc_ranges": document["auc_ranges"],
+        },
         "config": base.to_dict(),
     }
     (root / "comparison.json").write_text(json.dumps(result, indent=2))
