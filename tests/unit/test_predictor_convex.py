@@ -61,11 +61,19 @@ def test_a_text_seen_before_moves_toward_its_own_history():
     fresh = "Calculate 5 + 7 ="
     before = float(pred.text_estimate([fresh])[0])
     assert float(pred.predict([fresh])[0]) == pytest.approx(before)  # unseen: the text estimate only
+    assert float(pred.prior_estimate([fresh])[0]) == pytest.approx(before)
     pred.update([fresh], [0.0], [8.0])  # 0 of 8
     s, n = pred.history([fresh])
     assert (s[0], n[0]) == (0.0, 8.0)
-    text_p = float(pred.text_estimate([fresh])[0])
-    assert float(pred.predict([fresh])[0]) == pytest.approx((4.0 * text_p + 0.0) / (4.0 + 8.0))
+    prior = float(pred.prior_estimate([fresh])[0])  # now the cross-fitted head's, not the full head's
+    assert prior != pytest.approx(float(pred.text_estimate([fresh])[0]))
+    assert float(pred.predict([fresh])[0]) == pytest.approx((4.0 * prior + 0.0) / (4.0 + 8.0))
+    # outcomes a step has just seen join the kept ones in the same posterior (one update, not two)
+    assert float(pred.posterior([fresh], [2.0], [2.0])[0]) == pytest.approx(
+        (4.0 * prior + 2.0) / (4.0 + 10.0)
+    )
+    with pytest.raises(ValueError, match="successes"):
+        pred.posterior([fresh], [3.0], [2.0])
 
 
 def test_state_dict_round_trip_gives_the_same_predictions():
@@ -78,6 +86,119 @@ def test_state_dict_round_trip_gives_the_same_predictions():
     assert clone.num_updates == pred.num_updates and clone.is_warm
     with pytest.raises(ValueError, match="lacks"):
         clone.load_state_dict({"format": 1})
+    # a format-1 state (one aggregated store, before versions) loads as one update
+    old = {
+        "format": 1,
+        "name": "ngram",
+        "num_updates": 3,
+        "store": {t: [float(v), 1.0] for t, v in zip(texts, p, strict=True)},
+    }
+    legacy = build_predictor("ngram")
+    legacy.load_state_dict(old)
+    assert legacy.num_updates == 3 and legacy.num_rows == len(texts) and legacy.is_warm
+
+
+def prompts_and_prefixes(seed: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Arithmetic prompts with a one-turn prefix each (serialized as the trainer does): texts, successes, trials."""
+    from types import SimpleNamespace
+
+    from trace_rl.predictor import serialize_anchor
+
+    prompts, p = arithmetic_prompts(120, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    texts, succ, trials = [], [], []
+    for prompt, pi in zip(prompts, p, strict=True):
+        wins = rng.binomial(4, pi)
+        turn = SimpleNamespace(text='<tool_call>{"code": "1"}</tool_call>', observation=str(rng.integers(99)))
+        texts += [serialize_anchor(prompt, []), serialize_anchor(prompt, [turn])]
+        succ += [float(wins), float(min(wins, 2))]
+        trials += [4.0, 2.0]
+    return texts, np.asarray(succ), np.asarray(trials)
+
+
+def implied_prior(pred: ConvexSuccessPredictor, text: str) -> float:
+    """The prior p the posterior used: solve predict = (kappa p + s) / (kappa + n) for p."""
+    s, n = pred.history([text])
+    kappa = float(pred.prior_strength([text])[0])
+    return float((pred.predict([text])[0] * (kappa + n[0]) - s[0]) / kappa)
+
+
+def test_the_prior_of_a_stored_text_is_the_estimate_of_a_head_fitted_without_its_outcomes():
+    """No double counting: the prior of a stored prompt is the estimate of the head fitted before the prompt's
+    outcomes arrived (held out), so flipping those outcomes moves its posterior through s and n only."""
+    import copy
+
+    from trace_rl.predictor.convex import fit_binomial_logistic
+
+    texts, succ, trials = prompts_and_prefixes(seed=11)
+    target = texts[120]  # a prompt of the second update (texts[121] is its prefix)
+    preds, before = [], None
+    for wins in (0.0, 4.0):  # the same data except the target prompt's outcomes (and its prefix's)
+        s = succ.copy()
+        s[120], s[121] = wins, wins / 2
+        pred = build_predictor("ngram", kappa=4.0)
+        assert isinstance(pred, ConvexSuccessPredictor)
+        pred.update(texts[:120], s[:120] / trials[:120], trials[:120])
+        before = copy.deepcopy(pred)  # the head fitted without any outcome of the target
+        pred.update(texts[120:], s[120:] / trials[120:], trials[120:])
+        preds.append(pred)
+    a, b = preds
+    assert before is not None
+    assert a.history([target])[0][0] == 0.0 and b.history([target])[0][0] == 4.0
+    held_out = float(before.text_estimate([target])[0])
+    assert implied_prior(a, target) == pytest.approx(held_out, abs=1e-9)
+    assert implied_prior(b, target) == pytest.approx(held_out, abs=1e-9)
+    assert float(a.prior_estimate([target])[0]) == held_out
+    # that head is the fit on the first update's rows alone (no outcome of the target among them)
+    beta, b0 = fit_binomial_logistic(
+        before._features(texts[:120]), succ[:120], trials[:120], a.config.c, max_iter=2000
+    )
+    x = a._features([target])
+    reference = 1.0 / (1.0 + np.exp(-(float(np.asarray(x @ beta).ravel()[0]) + b0)))
+    assert held_out == pytest.approx(reference, abs=2e-3)
+    # the current head did see the target's outcomes: it is not the prior (the double count this rules out)
+    assert abs(float(a.text_estimate([target])[0]) - float(b.text_estimate([target])[0])) > 0.02
+    # texts stored by the first update had no head before them: their prior is the cold-start prior
+    assert float(a.prior_estimate(texts[:1])[0]) == a.prior
+    # an unseen text's prior is the current head's estimate (what its held-out prior would be if stored next)
+    assert float(a.prior_estimate(["Calculate 1 + 2 ="])[0]) == float(
+        a.text_estimate(["Calculate 1 + 2 ="])[0]
+    )
+
+
+def test_kappa_is_fitted_against_the_cross_fitted_priors():
+    from trace_rl.predictor.convex import fit_prior_strength
+
+    texts, succ, trials = prompts_and_prefixes(seed=12)
+    pred = build_predictor("ngram", kappa_min_texts=20)
+    assert isinstance(pred, ConvexSuccessPredictor)
+    pred.update(texts[:120], succ[:120] / trials[:120], trials[:120])
+    pred.update(texts[120:], succ[120:] / trials[120:], trials[120:])
+    prompts = texts[0::2]
+    s, n = pred.history(prompts)
+    assert pred.kappa["prompt"] == fit_prior_strength(pred.prior_estimate(prompts), s, n)
+
+
+def test_outcomes_older_than_the_window_are_forgotten_and_decay_weighs_by_age():
+    texts, succ, trials = prompts_and_prefixes(seed=13)
+    pred = build_predictor("ngram", history_window=2, history_decay=0.5)
+    assert isinstance(pred, ConvexSuccessPredictor)
+    batches = [slice(0, 80), slice(80, 160), slice(160, 240)]
+    for sl in batches:
+        out = pred.update(texts[sl], succ[sl] / trials[sl], trials[sl])
+    assert out["rows"] == 160.0 and pred.num_rows == 160  # the first update left the window
+    _, n_first = pred.history(texts[:80])
+    np.testing.assert_array_equal(n_first, 0.0)
+    _, n_mid = pred.history(texts[80:160])
+    np.testing.assert_allclose(n_mid, 0.5 * trials[80:160])  # one version old: half weight
+    _, n_last = pred.history(texts[160:])
+    np.testing.assert_allclose(n_last, trials[160:])
+    clone = build_predictor("ngram", history_window=2, history_decay=0.5)
+    clone.load_state_dict(pred.state_dict())
+    np.testing.assert_allclose(clone.predict(texts[::7]), pred.predict(texts[::7]), atol=1e-6)
+    for bad in ({"history_window": 0}, {"history_decay": 0.0}, {"history_decay": 1.5}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            build_predictor("ngram", **bad)
 
 
 def test_posterior_mean_and_prior_strength_hand_numbers():

@@ -46,6 +46,15 @@ def test_overrides_and_types() -> None:
         (["justtext"], "expected section.key=value"),
         (["budget.min_rollouts=1"], "budget.min_rollouts: must be at least 2"),
         (["budget.max_rollouts=2"], "budget.max_rollouts: must be at least budget.group_size"),
+        (["predictor.name=ngram", "predictor.history_window=-1"], "predictor.history_window: must be >= 0"),
+        (
+            ["predictor.name=ngram", "predictor.history_decay=0"],
+            "predictor.history_decay: must lie in (0, 1]",
+        ),
+        (
+            ["predictor.history_window=5"],
+            "predictor.history_window: and predictor.history_decay apply to the convex",
+        ),
     ],
 )
 def test_bad_values_are_one_line_errors(overrides, message) -> None:

@@ -36,6 +36,28 @@ def test_anchor_values_are_beta_posteriors_over_the_rollouts_below_each_anchor()
     np.testing.assert_allclose(anchor_values(object(), ["p"], v[:1], tree, anchors[:1]), [(4 * 0.5 + 2) / 7])
 
 
+def test_anchor_values_update_a_history_posterior_once() -> None:
+    """With the convex predictor the roots' outcomes join the kept history in ONE Beta posterior: the prompt's
+    estimate is (kappa p + s_kept + s_roots) / (kappa + n_kept + n_roots), not a second update of predict()."""
+    pytest.importorskip("sklearn")
+    from trace_rl.predictor import build_predictor, posterior_mean
+
+    pred = build_predictor("ngram", kappa=2.0)
+    texts = [f"Calculate {i} + {i % 7} =" for i in range(60)]
+    pred.update(texts, [float(i % 3 == 0) for i in range(60)], np.full(60, 4.0))
+    tree = three_roots()
+    anchors = [Anchor(0, 0, 1.0)]
+    prompt = texts[1:2]  # 0 of 4 kept
+    v = pred.predict(prompt)
+    out = anchor_values(pred, prompt, v, tree, anchors)
+    p = pred.prior_estimate(prompt)
+    s_kept, n_kept = pred.history(prompt)
+    assert n_kept[0] == 4.0
+    np.testing.assert_allclose(out, (2.0 * p + s_kept + 2.0) / (2.0 + n_kept + 3.0))
+    twice = posterior_mean(v, [2.0], [3.0], 2.0)  # the old double update: predict() used as a prior again
+    assert abs(float(out[0]) - float(twice[0])) > 0.01
+
+
 def test_fresh_rollouts_win_the_knapsack_over_decided_prefixes() -> None:
     """An all-failed prompt (v = 0.3) against prefixes whose rollouts failed and whose estimate is low: the
     budget goes to fresh rollouts (cost 8 units) rather than to replays (cost 4) that would repeat the failure."""

@@ -9,15 +9,19 @@ This predictor therefore
    go stale) and, optionally, the mean-pooled embedding of a frozen pretrained encoder (all-MiniLM-L6-v2) of
    the text's prompt block, cached per prompt (a prefix shares its prompt's embedding; its turns reach the head
    through the n-grams);
-2. keeps every (text, successes, trials) it was ever given, aggregated per text (a buffer of all past examples);
+2. keeps the (text, successes, trials) of the last ``history_window`` updates (policy versions: the online
+   trainer calls ``update`` once per RL step), one batch per update, optionally down-weighted by
+   ``history_decay`` per version of age; older outcomes are forgotten, so refit time and memory stay bounded;
 3. refits a binomial logistic regression (L2-regularised, convex: one global optimum, no schedule to tune;
-   :func:`fit_binomial_logistic`, scipy L-BFGS-B warm-started from the previous fit) on the whole store at
-   every :meth:`update`; a target y with weight w counts as w * y successes out of w trials,
-   so the fit is the maximum-likelihood (calibrated) estimate of P(success | features);
-4. for texts seen before, combines the text estimate with the text's own outcome history through a Beta
-   posterior whose prior is the text estimate: ``v = (kappa * p + s) / (kappa + n)`` (Bayes with a
-   Beta(kappa p, kappa (1 - p)) prior), with the prior strength ``kappa`` fitted per level (prompt / prefix) by
-   maximum beta-binomial likelihood on the texts with at least two trials.
+   :func:`fit_binomial_logistic`, scipy L-BFGS-B warm-started from the previous fit) on the kept outcomes at every
+   :meth:`update`; a target y with weight w counts as w * y successes out of w trials, so the fit is the
+   maximum-likelihood (calibrated) estimate of P(success | features);
+4. for texts with kept outcomes, combines a prior with the text's own outcome history through a Beta posterior
+   ``v = (kappa * p + s) / (kappa + n)`` (Bayes with a Beta(kappa p, kappa (1 - p)) prior). The prior p of a stored
+   text is held out: the head's estimate just before the update that first stored the text (a head that never saw
+   an outcome of it, so no outcome is counted twice); an unseen text's prior is the current head's estimate, the
+   same kind of estimate. The prior strength ``kappa`` is fitted per level (prompt / prefix) by maximum
+   beta-binomial likelihood on the stored texts with at least two trials, against those same held-out priors.
 
 It implements the :class:`~trace_rl.predictor.base.SuccessPredictor` protocol; ``update`` is "add these
 examples and refit" rather than one gradient step (the online trainer calls it once per RL step with that step's
@@ -27,6 +31,7 @@ new nodes, see :class:`~trace_rl.predictor.online.OnlineTrainer`).
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -43,7 +48,7 @@ from trace_rl.predictor.base import (
 )
 
 FloatArray = npt.NDArray[np.float64]
-STATE_FORMAT = 1
+STATE_FORMAT = 2
 #: Grid of Beta prior strengths searched when fitting kappa (log-spaced, 0.1 .. 1000).
 KAPPA_GRID = np.logspace(-1, 3, 41)
 #: serialize_anchor marks every turn of a prefix with "[TURN t]" (or says how many it omitted).
@@ -63,6 +68,9 @@ class ConvexConfig:
         kappa: prior strength of the history posterior; None = fitted per level, 0 = history off.
         kappa_default: prior strength used while a level has too few multi-trial texts to fit it.
         kappa_min_texts: multi-trial texts a level needs before its kappa is fitted.
+        history_window: updates (policy versions) whose outcomes are kept; None keeps every outcome (refit time
+            and memory then grow with the run).
+        history_decay: weight multiplier per version of age inside the window, in (0, 1] (1: a hard window).
         max_chars: serialization budget for :func:`trace_rl.predictor.serialize_anchor`.
         prior: estimate returned before the first update.
         eps: predictions are clipped to [eps, 1 - eps].
@@ -78,6 +86,8 @@ class ConvexConfig:
     kappa: float | None = None
     kappa_default: float = 4.0
     kappa_min_texts: int = 20
+    history_window: int | None = 20
+    history_decay: float = 1.0
     max_chars: int = 1024
     prior: float = DEFAULT_PRIOR
     eps: float = DEFAULT_EPS
@@ -98,6 +108,11 @@ class ConvexConfig:
             (self.kappa is None or self.kappa >= 0, "kappa must be >= 0 (or None to fit it)"),
             (self.kappa_default > 0, "kappa_default must be > 0"),
             (self.kappa_min_texts >= 2, "kappa_min_texts must be >= 2"),
+            (
+                self.history_window is None or self.history_window >= 1,
+                "history_window must be >= 1 (or None to keep every outcome)",
+            ),
+            (0 < self.history_decay <= 1, "history_decay must be in (0, 1]"),
             (0 < self.eps < 0.5, "eps must be in (0, 0.5)"),
             (self.eps <= self.prior <= 1 - self.eps, "prior must be in [eps, 1 - eps]"),
             (self.embed_batch >= 1, "embed_batch must be >= 1"),
@@ -193,8 +208,29 @@ def _prompt_block(text: str) -> str:
     return text[:cut]
 
 
+# the head: None (fitted on nothing: the prior), a float (every outcome it saw had one label), or (beta (F,), b0)
+Head = None | float | tuple[FloatArray, float]
+
+
+@dataclass
+class _Batch:
+    """The outcomes of one :meth:`ConvexSuccessPredictor.update` call (one policy version), one row per text.
+
+    Attributes:
+        version: the update's number (1 for the first).
+        texts: distinct texts (N,). successes, trials: float64 (N,) weighted counts summed over the call.
+        x: (N, F) features (scipy sparse).
+    """
+
+    version: int
+    texts: list[str]
+    successes: FloatArray
+    trials: FloatArray
+    x: Any
+
+
 class ConvexSuccessPredictor:
-    """Fixed features + binomial logistic head refit on every example seen + per-text Beta posterior.
+    """Fixed features + binomial logistic head refit on a window of outcomes + per-text Beta posterior.
 
     Args:
         name: the name it was built under (kept in the state dict and checked on load).
@@ -204,7 +240,7 @@ class ConvexSuccessPredictor:
     """
 
     #: The online trainer calls ``update`` once per RL step with all of that step's nodes (each call refits on
-    #: everything seen), and builds examples weighted by their number of leaves (= trials).
+    #: everything kept), and builds examples weighted by their number of leaves (= trials).
     refits_on_update = True
     example_weighting = "leaves"
 
@@ -227,14 +263,15 @@ class ConvexSuccessPredictor:
             lowercase=False,
         )
         self._embed_cache: dict[str, np.ndarray] = {}
-        # per text: [weighted successes, weighted trials]; _rows holds the texts' features in store order
+        # the kept updates, oldest first; per stored text its [weighted successes, weighted trials] over them and
+        # its held-out prior (the head's estimate just before the update that stored it)
+        self._batches: deque[_Batch] = deque()
         self._store: dict[str, list[float]] = {}
-        self._rows: Any = None
-        # per text: the head's estimate when the text first arrived (out-of-sample), for fitting kappa
         self._heldout: dict[str, float] = {}
-        self._model: Any = None  # None (never fit), a float (one class seen), or (beta (F,), b0)
+        self._model: Head = None
         self._scale: float | None = None
-        self.kappa: dict[str, float] = {"prompt": config.kappa_default, "prefix": config.kappa_default}
+        kappa = config.kappa_default if config.kappa is None else config.kappa
+        self.kappa: dict[str, float] = {"prompt": kappa, "prefix": kappa}
         self.num_updates = 0
         self._timing = {"predict_calls": 0.0, "predict_texts": 0.0, "predict_seconds": 0.0}
         self._timing |= {"update_steps": 0.0, "update_texts": 0.0, "update_seconds": 0.0}
@@ -252,11 +289,16 @@ class ConvexSuccessPredictor:
 
     @property
     def num_texts(self) -> int:
-        """Distinct texts in the store."""
+        """Distinct texts with kept outcomes."""
         return len(self._store)
 
+    @property
+    def num_rows(self) -> int:
+        """Rows the head is fitted on: one per (kept update, distinct text of that update)."""
+        return sum(len(b.texts) for b in self._batches)
+
     def history(self, texts: Sequence[str]) -> tuple[FloatArray, FloatArray]:
-        """(successes, trials) float64 (n,) recorded for each text (0, 0 for unseen texts)."""
+        """(successes, trials) float64 (n,) kept for each text, decay-weighted (0, 0 for texts without any)."""
         rows = [self._store.get(t, (0.0, 0.0)) for t in validate_texts(texts)]
         arr = np.asarray(rows, dtype=np.float64).reshape(-1, 2)
         return arr[:, 0], arr[:, 1]
@@ -287,22 +329,13 @@ class ConvexSuccessPredictor:
             parts.append(sparse.csr_matrix(np.stack([self._embed_cache[k] for k in keys])))
         return parts[0] if len(parts) == 1 else sparse.hstack(parts, format="csr")
 
-    def _stored_features(self, known: Mapping[str, int] | None = None, rows: Any = None) -> Any:
-        """Features of every stored text in store order (computed once per text, appended as texts arrive).
-
-        ``known`` maps texts to their row in ``rows`` (features already computed by the caller).
-        """
-        from scipy import sparse
-
-        done = 0 if self._rows is None else self._rows.shape[0]
-        new = list(self._store)[done:]
-        if new:
-            if known is not None and rows is not None and all(t in known for t in new):
-                block = rows[[known[t] for t in new]]
-            else:
-                block = self._features(new)
-            self._rows = block if self._rows is None else sparse.vstack([self._rows, block], format="csr")
-        return self._rows
+    def _set_scale(self, texts: list[str]) -> None:
+        """Fix the n-gram scale once, at the first update: a median text of that batch gets unit feature norm
+        (``c`` then means about the same for any task)."""
+        if "ngram" in self.config.features and self._scale is None:
+            raw = self._hasher.transform(texts)
+            norms = np.sqrt(np.asarray(raw.multiply(raw).sum(axis=1)).ravel())
+            self._scale = 1.0 / max(float(np.median(norms)), 1e-6)
 
     def prepare(self, texts: Sequence[str]) -> float:
         """Embed the prompt blocks of ``texts`` with the frozen encoder ahead of time (no-op without one).
@@ -316,14 +349,16 @@ class ConvexSuccessPredictor:
         return time.perf_counter() - start
 
     def text_estimate(self, texts: Sequence[str], features: Any = None) -> FloatArray:
-        """The head's estimate from the text alone (no history), float64 (n,) in [eps, 1 - eps].
+        """The current head's estimate from the text alone (no history), float64 (n,) in [eps, 1 - eps].
 
-        ``features``: the texts' feature rows when already computed (internal).
+        The head is fitted on every kept outcome, a stored text's own included: it is the prior of texts without
+        kept outcomes only (see :meth:`prior_estimate`). ``features``: the texts' feature rows when already
+        computed (internal).
         """
         items = validate_texts(texts)
         if self._model is None or not items:
             return np.full(len(items), self.prior, dtype=np.float64)
-        if isinstance(self._model, float):  # every stored outcome had the same label
+        if isinstance(self._model, float):  # every kept outcome had the same label
             out = np.full(len(items), self._model, dtype=np.float64)
         else:
             x = self._features(items) if features is None else features
@@ -331,9 +366,27 @@ class ConvexSuccessPredictor:
             out = 1.0 / (1.0 + np.exp(-(np.asarray(x @ beta).ravel() + b0)))
         return np.clip(out, self.config.eps, 1.0 - self.config.eps)
 
+    def prior_estimate(self, texts: Sequence[str]) -> FloatArray:
+        """The prior of each text's history posterior, float64 (n,) in [eps, 1 - eps].
+
+        For a text with kept outcomes: its held-out estimate, the head's estimate just before the update that
+        stored it (``prior`` for texts stored by the first update: no head existed), i.e. a head fitted without
+        any of the text's outcomes. For any other text: the current head's estimate (:meth:`text_estimate`), which
+        is what its held-out estimate would be if it were stored next.
+        """
+        items = validate_texts(texts)
+        out = self.text_estimate(items)
+        for i, t in enumerate(items):
+            if t in self._heldout:
+                out[i] = self._heldout[t]
+        return out
+
     # ------------------------------------------------------------------ API
     def predict(self, texts: Sequence[str]) -> FloatArray:
-        """Success estimates: the text estimate, combined with the text's own history when it has one.
+        """Success estimates: the prior, combined with the text's own kept history when it has one.
+
+        ``(kappa p + s) / (kappa + n)`` with p = :meth:`prior_estimate`, (s, n) = :meth:`history` and kappa =
+        :meth:`prior_strength` (the prior alone with ``kappa = 0``, history off).
 
         Args:
             texts: n strings (from :func:`serialize_anchor`).
@@ -346,48 +399,92 @@ class ConvexSuccessPredictor:
         """
         items = validate_texts(texts)
         start = time.perf_counter()
-        p = self.text_estimate(items)
-        if self.is_warm and self.config.kappa != 0:
-            s, n = self.history(items)
-            p = posterior_mean(p, s, n, self.prior_strength(items))
-        out = np.clip(p, self.config.eps, 1.0 - self.config.eps)
+        out = self._posterior(items, np.zeros(len(items)), np.zeros(len(items)))
         self._timing["predict_calls"] += 1
         self._timing["predict_texts"] += len(items)
         self._timing["predict_seconds"] += time.perf_counter() - start
         return out
 
+    def posterior(self, texts: Sequence[str], successes: npt.ArrayLike, trials: npt.ArrayLike) -> FloatArray:
+        """Success estimates after outcomes not yet given to :meth:`update`: ONE Beta update of the prior.
+
+        ``(kappa p + s_kept + s) / (kappa + n_kept + n)`` with p = :meth:`prior_estimate` and kappa =
+        :meth:`prior_strength`: the outcomes a step has just observed (e.g. the rollouts below an anchor,
+        `trace_rl.train.step.anchor_values`) join the kept ones in the same posterior, instead of a second Beta
+        update whose prior would already contain the first. With ``kappa = 0`` (history off) only ``s / n``
+        moves the prior. Before the first update the prior is ``prior`` and kappa ``kappa`` or ``kappa_default``.
+
+        Args:
+            texts: n strings. successes, trials: float (n,), 0 <= s <= n.
+
+        Returns:
+            float64 (n,) in [eps, 1 - eps].
+
+        Raises:
+            ValueError: bad texts, shapes other than (n,), counts not finite, negative or s > n.
+        """
+        items = validate_texts(texts)
+        s = np.asarray(successes, dtype=np.float64)
+        n = np.asarray(trials, dtype=np.float64)
+        if s.shape != (len(items),) or n.shape != (len(items),):
+            raise ValueError(
+                f"successes and trials must have shape ({len(items)},); got {s.shape}, {n.shape}"
+            )
+        if not (np.all(np.isfinite(s)) and np.all(np.isfinite(n))) or (s < 0).any() or (s > n + 1e-9).any():
+            raise ValueError("successes and trials must be finite with 0 <= successes <= trials")
+        return self._posterior(items, s, n)
+
+    def _posterior(self, items: list[str], s: FloatArray, n: FloatArray) -> FloatArray:
+        p = self.prior_estimate(items)
+        if self.config.kappa != 0:
+            s_kept, n_kept = self.history(items)
+            s, n = s + s_kept, n + n_kept
+        return np.clip(
+            posterior_mean(p, s, n, self.prior_strength(items)), self.config.eps, 1.0 - self.config.eps
+        )
+
     def update(
         self, texts: Sequence[str], targets: npt.ArrayLike, weights: npt.ArrayLike | None = None
     ) -> dict[str, float]:
-        """Add examples to the store and refit the head on everything stored.
+        """Add one policy version's examples, forget the versions that leave the window, refit the head.
 
         A target y with weight w adds w * y successes and w trials to its text (pass weights = number of
-        rollouts behind each target to count evidence correctly; weight 1 treats every target as one trial).
-        The head minimises ``c`` times the binomial negative log-likelihood plus ``||beta||^2 / 2`` over all
-        stored texts (:func:`fit_binomial_logistic`, warm-started).
+        rollouts behind each target to count evidence correctly; weight 1 treats every target as one trial). A
+        text without kept outcomes first gets its held-out prior (the head's estimate before this refit). The
+        head minimises ``c`` times the binomial negative log-likelihood plus ``||beta||^2 / 2`` over the kept rows
+        (:func:`fit_binomial_logistic`, warm-started); a row of age a (versions) has weight ``history_decay ** a``.
 
         Returns:
-            {"loss": weighted MSE of the text estimate on this batch before the refit, "n": n, "texts": distinct
-            texts stored, "kappa_prompt", "kappa_prefix", "seconds"}.
+            {"loss": weighted MSE of the head's estimate on this batch before the refit, "n": n, "texts": distinct
+            texts kept, "rows": rows fitted, "kappa_prompt", "kappa_prefix", "seconds"}.
 
         Raises:
             ValueError: see :func:`trace_rl.predictor.base.validate_update`.
         """
         items, y, w = validate_update(texts, targets, weights)
         start = time.perf_counter()
-        x_items = self._features(items) if self._scale is not None else None
-        before = self.text_estimate(items, x_items)
-        loss = float(np.sum(w * (before - y) ** 2) / np.sum(w))
-        for t, yi, wi, b in zip(items, y, w, before, strict=True):
-            if t not in self._store and self._model is not None:
-                self._heldout[t] = float(b)  # the estimate before the text was ever trained on
-            row = self._store.setdefault(t, [0.0, 0.0])
-            row[0] += float(wi * yi)
-            row[1] += float(wi)
-        if x_items is not None:
-            self._stored_features({t: i for i, t in reversed(list(enumerate(items)))}, x_items)
-        self._refit()
+        index: dict[str, int] = {}
+        row = np.asarray([index.setdefault(t, len(index)) for t in items], dtype=np.int64)
+        distinct = list(index)
+        self._set_scale(distinct)
+        x = self._features(distinct)
+        before = self.text_estimate(distinct, x)
+        loss = float(np.sum(w * (before[row] - y) ** 2) / np.sum(w))
+        for t, b in zip(distinct, before, strict=True):
+            if t not in self._store:
+                self._heldout[t] = float(b)
         self.num_updates += 1
+        self._batches.append(
+            _Batch(
+                version=self.num_updates,
+                texts=distinct,
+                successes=np.bincount(row, weights=w * y, minlength=len(distinct)).astype(np.float64),
+                trials=np.bincount(row, weights=w, minlength=len(distinct)).astype(np.float64),
+                x=x,
+            )
+        )
+        self._forget()
+        self._refit()
         seconds = time.perf_counter() - start
         self._timing["update_steps"] += 1
         self._timing["update_texts"] += len(items)
@@ -396,85 +493,155 @@ class ConvexSuccessPredictor:
             "loss": loss,
             "n": float(len(items)),
             "texts": float(len(self._store)),
+            "rows": float(self.num_rows),
             "kappa_prompt": self.kappa["prompt"],
             "kappa_prefix": self.kappa["prefix"],
             "seconds": seconds,
         }
 
-    def _refit(self) -> None:
-        texts = list(self._store)
-        counts = np.asarray([self._store[t] for t in texts], dtype=np.float64).reshape(-1, 2)
-        succ, trials = counts[:, 0], counts[:, 1]
-        if not texts or not (trials > 0).any():
-            return
-        if "ngram" in self.config.features and self._scale is None:
-            # one global scale, set at the first fit, so that a median text has unit feature norm (c then means
-            # about the same for any task)
-            raw = self._hasher.transform(texts)
-            norms = np.sqrt(np.asarray(raw.multiply(raw).sum(axis=1)).ravel())
-            self._scale = 1.0 / max(float(np.median(norms)), 1e-6)
-        fail = trials - succ
-        if succ.sum() <= 1e-9 or fail.sum() <= 1e-9:  # one class only: the (clipped) observed rate
-            self._model = float(np.clip(succ.sum() / trials.sum(), self.config.eps, 1 - self.config.eps))
-        else:
-            from threadpoolctl import threadpool_limits
+    def _forget(self) -> None:
+        """Drop the updates older than ``history_window`` versions (none with ``history_window = None``)."""
+        window = self.config.history_window
+        while window is not None and self._batches and self._batches[0].version <= self.num_updates - window:
+            self._batches.popleft()
 
-            init = self._model if isinstance(self._model, tuple) else None
-            with threadpool_limits(1):  # a small problem: thread start-up costs more than it saves (10-25x)
-                self._model = fit_binomial_logistic(
-                    self._stored_features(),
-                    succ,
-                    trials,
-                    self.config.c,
-                    init=init,
-                    max_iter=self.config.max_iter,
-                )
+    def _refit(self, fit_head: bool = True) -> None:
+        """Refit the head on the kept rows (unless ``fit_head`` is False: a restored one), aggregate the kept
+        history per text (a text whose outcomes all left the window loses its held-out prior), fit kappa."""
+        from scipy import sparse
+        from threadpoolctl import threadpool_limits
+
+        batches = list(self._batches)
+        if not batches:
+            self._store, self._heldout = {}, {}
+            return
+        weight = np.concatenate(
+            [
+                np.full(len(b.texts), self.config.history_decay ** (self.num_updates - b.version))
+                for b in batches
+            ]
+        )
+        succ = np.concatenate([b.successes for b in batches]) * weight
+        trials = np.concatenate([b.trials for b in batches]) * weight
+        texts = [t for b in batches for t in b.texts]
+        self._store = {}
+        for t, si, ni in zip(texts, succ, trials, strict=True):
+            kept = self._store.setdefault(t, [0.0, 0.0])
+            kept[0] += float(si)
+            kept[1] += float(ni)
+        self._heldout = {t: p for t, p in self._heldout.items() if t in self._store}
+        if fit_head and (trials > 0).any():
+            fail = trials - succ
+            if succ.sum() <= 1e-9 or fail.sum() <= 1e-9:  # one class only: the (clipped) observed rate
+                self._model = float(np.clip(succ.sum() / trials.sum(), self.config.eps, 1 - self.config.eps))
+            else:
+                init = self._model if isinstance(self._model, tuple) else None
+                with threadpool_limits(
+                    1
+                ):  # a small problem: thread start-up costs more than it saves (10-25x)
+                    self._model = fit_binomial_logistic(
+                        sparse.vstack([b.x for b in batches], format="csr"),
+                        succ,
+                        trials,
+                        self.config.c,
+                        init=init,
+                        max_iter=self.config.max_iter,
+                    )
         if self.config.kappa is not None:
             self.kappa = {"prompt": self.config.kappa, "prefix": self.config.kappa}
             return
-        # kappa from out-of-sample estimates only: an in-sample fit has partly memorised each text's outcomes,
-        # which would understate their spread around the estimate (and so overstate kappa)
-        seen = np.asarray([t in self._heldout for t in texts])
-        p = np.asarray([self._heldout.get(t, self.prior) for t in texts], dtype=np.float64)
-        levels = np.asarray([_is_prefix(t) for t in texts])
-        for level, mask in (("prompt", ~levels & seen), ("prefix", levels & seen)):
-            if int((trials[mask] >= 2).sum()) >= self.config.kappa_min_texts:
-                self.kappa[level] = fit_prior_strength(p[mask], succ[mask], trials[mask])
+        # kappa against the same held-out priors the posterior uses: an in-sample estimate has partly memorised
+        # each text's outcomes, which would understate their spread around it (and overstate kappa)
+        stored = list(self._store)
+        counts = np.asarray([self._store[t] for t in stored], dtype=np.float64).reshape(-1, 2)
+        p = np.asarray([self._heldout[t] for t in stored], dtype=np.float64)
+        levels = np.asarray([_is_prefix(t) for t in stored], dtype=bool)
+        for level, mask in (("prompt", ~levels), ("prefix", levels)):
+            s_l, n_l = counts[mask, 0], counts[mask, 1]
+            if int((n_l >= 2).sum()) >= self.config.kappa_min_texts:
+                self.kappa[level] = fit_prior_strength(p[mask], s_l, n_l)
 
     def state_dict(self) -> dict[str, Any]:
-        """{"format", "name", "num_updates", "config", "store", "kappa"}: the head is refit on load."""
+        """{"format", "name", "num_updates", "config", "batches", "heldout", "head", "kappa", "scale"}.
+
+        "batches": the kept updates, each {"version", "texts", "successes", "trials"}; "heldout": the stored
+        texts' held-out priors; "head": the fitted head (None, a float, or (beta float64 (F,), b0)), so that a
+        resumed run continues from the same fit (each refit is warm-started from the previous one, so a refit from
+        scratch would land on a slightly different one).
+        """
         return {
             "format": STATE_FORMAT,
             "name": self.name,
             "num_updates": self.num_updates,
             "config": asdict(self.config),
-            "store": {t: list(v) for t, v in self._store.items()},
+            "batches": [
+                {
+                    "version": b.version,
+                    "texts": list(b.texts),
+                    "successes": b.successes.tolist(),
+                    "trials": b.trials.tolist(),
+                }
+                for b in self._batches
+            ],
             "heldout": dict(self._heldout),
+            "head": self._model
+            if not isinstance(self._model, tuple)
+            else (self._model[0].copy(), self._model[1]),
             "kappa": dict(self.kappa),
             "scale": self._scale,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` (the head is refit on the restored store: the fit is deterministic).
+        """Restore :meth:`state_dict`.
+
+        A format-1 state (one aggregated store, no versions, no head) loads as one update at its last version, its
+        head refit on it; its stored texts without a held-out prior get ``prior``.
 
         Raises:
-            ValueError: missing keys, another format version, or a state of another predictor.
+            ValueError: missing keys, an unknown format version, or a state of another predictor.
         """
-        missing = {"format", "name", "num_updates", "store"} - set(state)
+        fmt = state.get("format")
+        needed = {"format", "name", "num_updates", "batches" if fmt == STATE_FORMAT else "store"}
+        missing = needed - set(state)
         if missing:
             raise ValueError(f"predictor state lacks {sorted(missing)}")
-        if state["format"] != STATE_FORMAT or state["name"] != self.name:
-            raise ValueError(
-                f"predictor state is for {state['name']!r} (format {state['format']!r}), not {self.name!r}"
-            )
-        self._store = {str(t): [float(v[0]), float(v[1])] for t, v in state["store"].items()}
-        self._heldout = {str(t): float(v) for t, v in state.get("heldout", {}).items()}
+        if fmt not in (1, STATE_FORMAT) or state["name"] != self.name:
+            raise ValueError(f"predictor state is for {state['name']!r} (format {fmt!r}), not {self.name!r}")
+        num_updates = int(state["num_updates"])
+        raw: list[Mapping[str, Any]]
+        if fmt == 1:
+            store = state["store"]
+            raw = [
+                {
+                    "version": num_updates,
+                    "texts": list(store),
+                    "successes": [v[0] for v in store.values()],
+                    "trials": [v[1] for v in store.values()],
+                }
+            ]
+        else:
+            raw = list(state["batches"])
         self._scale = None if state.get("scale") is None else float(state["scale"])
-        self._model = None
-        self._rows = None
-        if self._store:
-            self._refit()
-        self.num_updates = int(state["num_updates"])
+        self._batches = deque()
+        for b in raw:
+            texts = [str(t) for t in b["texts"]]
+            if not texts:
+                continue
+            self._set_scale(texts)
+            successes = np.asarray(b["successes"], dtype=np.float64)
+            trials = np.asarray(b["trials"], dtype=np.float64)
+            self._batches.append(_Batch(int(b["version"]), texts, successes, trials, self._features(texts)))
+        self.num_updates = num_updates
+        heldout = {str(t): float(v) for t, v in state.get("heldout", {}).items()}
+        self._heldout = {t: heldout.get(t, self.prior) for b in self._batches for t in b.texts}
+        self._forget()
+        head = state.get("head") if fmt == STATE_FORMAT else None
+        self._model = (
+            head
+            if head is None or isinstance(head, float)
+            else (np.asarray(head[0], dtype=np.float64), float(head[1]))
+        )
+        self._refit(fit_head=self._model is None)
 
 
 CONVEX_NAMES = ("ngram", "minilm-head", "ngram+minilm")

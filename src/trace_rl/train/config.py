@@ -190,13 +190,17 @@ class PredictorSection:
         name: backbone ("tiny", "minilm", a local Hugging Face path, or a convex predictor: "ngram",
             "minilm-head", "ngram+minilm"; see `trace_rl.predictor.build_predictor`).
         prefix_share: share of prefix nodes in each predictor batch (paper: about 6%).
-        buffer_steps: recent steps kept in the replay buffer (the convex predictors keep every example).
+        buffer_steps: recent steps kept in the replay buffer of the neural predictors (the convex predictors keep
+            their own window, history_window).
         updates: predictor optimizer steps after each training step (exactly this many; the convex predictors
             refit once per step on everything they have seen).
         batch_size: examples per predictor step.
         lr: predictor learning rate (unused by the convex predictors).
         warm_start: before step 1, train the predictor on the outcomes of the policy warm start's last probe
             (training prompts; saved with the warm-started policy as probe_outcomes.json).
+        history_window: convex predictors only: steps (policy versions) whose outcomes they keep and refit on;
+            0 keeps every outcome (refit time then grows with the run). docs/predictor.md.
+        history_decay: convex predictors only: weight multiplier per step of age inside the window, in (0, 1].
     """
 
     name: str = "tiny"
@@ -206,6 +210,8 @@ class PredictorSection:
     batch_size: int = 32
     lr: float = 1e-3
     warm_start: bool = True
+    history_window: int = 20
+    history_decay: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 def validate(cfg: TrainConfig) -> None:
     """Check value ranges and combinations; raise ConfigError naming the first bad key."""
     from trace_rl.allocation import METHODS
+    from trace_rl.predictor.convex import CONVEX_NAMES
+    from trace_rl.train.config import PredictorSection
 
     def need(ok: bool, key: str, why: str) -> None:
         if not ok:
@@ -136,6 +138,21 @@ def validate(cfg: TrainConfig) -> None:
     need(0 <= cfg.predictor.prefix_share <= 1, "predictor.prefix_share", "must lie in [0, 1]")
     need(cfg.predictor.buffer_steps >= 1, "predictor.buffer_steps", "must be at least 1")
     need(cfg.predictor.updates >= 0, "predictor.updates", "must be >= 0")
+    need(
+        cfg.predictor.history_window >= 0, "predictor.history_window", "must be >= 0 (0 = keep every outcome)"
+    )
+    need(0 < cfg.predictor.history_decay <= 1, "predictor.history_decay", "must lie in (0, 1]")
+    defaults = PredictorSection()
+    need(
+        cfg.predictor.name in CONVEX_NAMES
+        or (
+            cfg.predictor.history_window == defaults.history_window
+            and cfg.predictor.history_decay == defaults.history_decay
+        ),
+        "predictor.history_window",
+        f"and predictor.history_decay apply to the convex predictors ({', '.join(CONVEX_NAMES)}) only; a neural"
+        " predictor keeps predictor.buffer_steps steps",
+    )
     need(cfg.backend.kind in ("local", "vllm", "sglang"), "backend.kind", "must be local, vllm or sglang")
     need(
         cfg.backend.kind != "sglang" or any(u.strip() for u in cfg.backend.urls.split(",")),

@@ -149,6 +149,7 @@ class Trainer:
         from trace_rl.envs import load_tasks, make_env
         from trace_rl.policy import load_policy
         from trace_rl.predictor import build_predictor
+        from trace_rl.predictor.convex import CONVEX_NAMES
         from trace_rl.predictor.online import OnlineConfig, OnlineTrainer
         from trace_rl.rollout.agent import ChatCodec
         from trace_rl.rollout.backends import SamplingParams
@@ -201,8 +202,16 @@ class Trainer:
             seed=cfg.seed,
         )
         self.optimizer = torch.optim.AdamW(self.policy.model.parameters(), lr=cfg.optim.lr, betas=(0.9, 0.95))
+        history = (  # the convex predictors' outcome window (config validation rejects it for the others)
+            {
+                "history_window": cfg.predictor.history_window or None,
+                "history_decay": cfg.predictor.history_decay,
+            }
+            if cfg.predictor.name in CONVEX_NAMES
+            else {}
+        )
         self.predictor = build_predictor(
-            cfg.predictor.name, lr=cfg.predictor.lr, seed=cfg.seed, device=self.device
+            cfg.predictor.name, lr=cfg.predictor.lr, seed=cfg.seed, device=self.device, **history
         )
         self.online = OnlineTrainer(
             self.predictor,

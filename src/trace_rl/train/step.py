@@ -153,16 +153,30 @@ def anchor_values(
 ) -> np.ndarray:
     """Success estimates of a prompt's anchors given what its root rollouts already showed (``trace_fresh``).
 
-    Each anchor's estimate V is a prior that the rollouts observed below it update (Beta posterior,
-    `trace_rl.predictor.posterior_mean`): the prompt (depth 0) has seen its m root rollouts, a turn prefix the
-    one rollout through it. Without this, a predictor that cannot tell a decided prefix from an undecided one
-    (V about the prompt's rate) would promise flips that the rollout's own outcome already rules out. The prior
-    strength is the predictor's fitted ``prior_strength`` where it has one, else 4 pseudo-trials.
+    Each anchor's estimate is ONE Beta posterior over everything known about it (`trace_rl.predictor.posterior_mean`):
+    the prompt (depth 0) has seen its m root rollouts, a turn prefix the one rollout through it. Without this, a
+    predictor that cannot tell a decided prefix from an undecided one (V about the prompt's rate) would promise
+    flips that the rollout's own outcome already rules out.
+
+    A predictor with a history posterior of its own (``posterior(texts, successes, trials)``, the convex
+    predictors) adds these outcomes to the ones it keeps in that same posterior; ``values`` (its ``predict``, which
+    already contains the kept history) is then not updated a second time. Any other predictor's ``values`` are
+    the prior, updated once with strength ``prior_strength(texts)`` where it has one, else 4 pseudo-trials.
+
+    Args:
+        texts, values: the anchors' serialized texts and the predictor's estimates, (A,).
+        tree: the prompt's rollouts; anchors: (A,) nodes of ``tree``.
+
+    Returns:
+        float64 (A,) in [0, 1].
     """
     target = tree.value_targets()
     leaves = _leaf_counts(tree)
     trials = np.array([leaves[a.node] for a in anchors], dtype=np.float64)
     successes = np.array([target[a.node] for a in anchors], dtype=np.float64) * trials
+    combine = getattr(predictor, "posterior", None)
+    if callable(combine):
+        return np.asarray(combine(list(texts), successes, trials), dtype=np.float64)
     strength_of = getattr(predictor, "prior_strength", None)
     strength = strength_of(texts) if callable(strength_of) else np.full(len(anchors), 4.0)
     return posterior_mean(values, successes, trials, strength)
