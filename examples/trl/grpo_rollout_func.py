@@ -20,7 +20,8 @@ settings = TraceSettings(continuations=1, max_turns=2, max_new_tokens=24)  # N =
 rollout = trace_rollout_func(tasks, policy, lambda: make_env("math_python", max_turns=2), settings, root_budget=4)
 args = GRPOConfig(
     output_dir="runs/trl_grpo", max_steps=2, per_device_train_batch_size=12, num_generations=4,  # 3 prompts a step
-    scale_rewards="none", reward_weights=[1.0, 0.0], use_cpu=True, bf16=False, report_to="none", save_strategy="no",
+    scale_rewards="none", reward_weights=[1.0, 0.0], gradient_checkpointing=False, use_cpu=True, bf16=False,
+    report_to="none", save_strategy="no",
 )
 trainer = GRPOTrainer(
     model=policy.model, processing_class=policy.tokenizer, args=args, rollout_func=rollout,

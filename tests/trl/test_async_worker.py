@@ -146,7 +146,7 @@ def test_async_grpo_trainer_trains_on_trace_worker(tmp_path: Any) -> None:
     assert all(h.record["predictor_warm"] == 1.0 for h in history[1:])
 
 
-def test_check_health_reports_a_failed_worker() -> None:
+def test_worker_refuses_foreign_weights_and_reports_failures() -> None:
     policy = load_policy("tiny", seed=3)
 
     def broken_env() -> Any:
@@ -163,6 +163,8 @@ def test_check_health_reports_a_failed_worker() -> None:
     )
     with pytest.raises(RuntimeError, match="not running"):
         worker.check_health(60.0)
+    with pytest.raises(ValueError, match="generator at 0"):
+        worker.update_model_version(1)  # a sync that did not go through TraceWeightPush
     worker.start()
     deadline = time.time() + 60
     while worker._thread is not None and worker._thread.is_alive() and time.time() < deadline:

@@ -50,6 +50,7 @@ def _config(tmp_path: Any, **overrides: Any) -> GRPOConfig:
         num_generations=G,
         learning_rate=1e-3,
         scale_rewards="none",
+        gradient_checkpointing=False,
         use_cpu=True,
         bf16=False,
         report_to="none",

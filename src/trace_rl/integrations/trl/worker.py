@@ -17,8 +17,9 @@ the project's own weight push (`trace_rl.train.serving.RunBackend.sync`: the loc
 keys/values; vLLM / SGLang replicas reload from an exported folder and reset their prefix caches), ``resume()``
 bumps the policy version and lets generation go on. Every sample carries the version of the weights that
 generated it, which is the trainer's ``model_version`` (one push per trainer sync); TRL drops samples more than
-``max_staleness`` versions old. With TRL's own NCCL transfer to a GPU vLLM server instead, pass that server as the
-backend (a `ReplicaPool`) and leave ``weight_transfer`` to TRL: versions then come from `update_model_version`.
+``max_staleness`` versions old. TRL's own NCCL transfer (``weight_transfer=None``) would change a server's weights
+behind the worker's back, between a prompt's roots and its replays: `update_model_version` refuses a version that
+did not come through `TraceWeightPush`.
 """
 
 from __future__ import annotations
@@ -178,15 +179,18 @@ class TraceRolloutWorker:
         self._thread = None
 
     def update_model_version(self, model_version: int) -> None:
-        """The trainer's live policy version. With `TraceWeightPush` it already equals the worker's version
-        (one push per sync); otherwise (TRL's own transfer to a server) it becomes the version of later steps.
+        """The trainer's live policy version, which must be the one `TraceWeightPush` set (one push per sync).
 
         Raises:
-            ValueError: a version older than the worker's.
+            ValueError: another version: the weights changed without the worker's weight push (e.g. TRL's own
+                NCCL transfer), so replays could run on other weights than their roots.
         """
-        if model_version < self.version:
-            raise ValueError(f"policy version went back from {self.version} to {model_version}")
-        self.version = int(model_version)
+        if int(model_version) != self.version:
+            raise ValueError(
+                f"the trainer is at policy version {model_version} but the worker's generator at {self.version}: "
+                "pass weight_transfer=worker.weight_transfer() to AsyncGRPOTrainer so that weights reach the "
+                "generator between steps (a prompt's replays must run on the weights of its roots)"
+            )
 
     def check_health(self, stale_after_s: float) -> None:
         """Raise if the worker thread failed, is not running, or made no progress (no new episode, no push) for
