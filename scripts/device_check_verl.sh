@@ -1,11 +1,22 @@
 #!/usr/bin/env bash
-# One real TRACE training step inside verl on one GPU (issue 15, item 5). Nothing in CI depends on it.
+# One real TRACE training step inside verl on one GPU (issue 15, item 5). Nothing in CI depends on it, and it has
+# NOT been run: no session of this project had a machine it can run on.
 #
-# Needs, on the GPU machine: a Python with CUDA torch, verl 0.9.1 and vLLM (VERL_PYTHON, default `python`),
-# trace-rl installed in it (`pip install -e '.[verl]'` without constraints.txt), and a small local chat model
-# folder (MODEL, e.g. a Qwen3-0.6B snapshot): nothing is downloaded. The task is the toy arithmetic tool env, so no
-# data package is needed. It runs verl's own main_ppo with the trace_sync trainer for ONE step (roots, replays,
-# TreeRPO advantages, FSDP actor update, weight sync) and checks the step's log for the TRACE metrics.
+# NEEDS (all of it on the GPU machine; nothing is downloaded):
+# - one CUDA GPU with about 24 GiB or more (an estimate for a 0.6 B model at these settings, not a measurement:
+#   FSDP actor with Adam states in fp32 plus vLLM's share gpu_memory_utilization=0.4);
+# - a Python (VERL_PYTHON, default `python`) with CUDA torch, verl 0.9.1, vLLM and Ray (verl's own pins), and
+#   trace-rl installed in it: `pip install -e '.[verl]'` without constraints.txt (which pins the CPU torch);
+# - a small local chat model folder (MODEL, e.g. a Qwen3-0.6B snapshot).
+# The task is the toy arithmetic tool env, so no data package is needed. The project's own GPU box CANNOT run this
+# script: it has torch and transformers but no vLLM, verl or Ray, and no network to install them (their wheels
+# are far over the 64 MiB that can travel there); scripts/device_check.sh is the check for that box.
+#
+# SIZED for a user's GPU and a per-command limit: the run stops itself after TIMEOUT seconds (default 600, a
+# 10-minute limit such as that box's), and vLLM runs in eager mode (actor_rollout_ref.rollout.enforce_eager=True:
+# no CUDA-graph capture, which costs minutes of start-up and memory for one step). It runs verl's own main_ppo
+# with the trace_sync trainer for ONE step (roots, replays, TreeRPO advantages, FSDP actor update, weight sync)
+# and checks the step's log for the TRACE metrics.
 #
 #   MODEL=/models/Qwen3-0.6B scripts/device_check_verl.sh            # writes to $OUT or ./device_check_verl
 set -euo pipefail
@@ -25,13 +36,14 @@ write_parquet(load_tasks("train", limit=64, seed=0), f"{out}/train.parquet")
 write_parquet(load_tasks("test", limit=8, seed=0), f"{out}/test.parquet")
 PY
 export VERL_USE_EXTERNAL_MODULES=trace_rl.integrations.verl.register
-timeout 1500 "$PY" -m verl.trainer.main_ppo \
+timeout "${TIMEOUT:-600}" "$PY" -m verl.trainer.main_ppo \
   data.train_files="$OUT/train.parquet" data.val_files="$OUT/test.parquet" \
   data.train_batch_size=8 data.max_prompt_length=512 data.max_response_length=1024 \
   actor_rollout_ref.model.path="$MODEL" \
   actor_rollout_ref.actor.ppo_mini_batch_size=8 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 \
   actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.n=4 \
   actor_rollout_ref.rollout.tensor_model_parallel_size=1 actor_rollout_ref.rollout.gpu_memory_utilization=0.4 \
+  actor_rollout_ref.rollout.enforce_eager=True \
   actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4 \
   actor_rollout_ref.rollout.agent.num_workers=2 \
   actor_rollout_ref.rollout.agent.default_agent_loop=trace_agent \

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The native trainer (local engine, policy update, success predictor) on one device: 3 TRACE steps on the tiny
+# policy and 3 on a from-scratch Qwen3 of about 100 M parameters, printing per step the wall-clock, generation
+# tokens/s, update and predictor seconds, and per check the peak memory (scripts/device_check.py says how each
+# figure is measured). Sized to finish within 8 minutes on one GPU; the script stops itself at 480 s.
+#
+#   bash scripts/device_check.sh                  # DEVICE=cuda (default): writes ./device_check or $OUT
+#   DEVICE=cpu bash scripts/device_check.sh       # the same check on CPU with a 0.1 M-parameter Qwen3: CI runs
+#                                                 # this (tests/integration/test_device_check.py)
+#   DEVICE=cuda:1 STEPS=3 SET="sampling.max_new_tokens=64" bash scripts/device_check.sh   # more --set overrides
+#
+# WHAT HAS RUN WHERE: the CPU path runs in CI. The CUDA path has NOT been run: the session that wrote this had no
+# GPU (the project's GPU box was not lent to its task). Its CUDA-only parts are torch.cuda.is_available,
+# get_device_name, reset_peak_memory_stats and max_memory_allocated, and `device=cuda` in the trainer's config
+# (which puts the policy, its update and the predictor on the GPU; docs/training.md). A first CUDA run may show
+# problems in the trainer itself; that is what this check is for.
+#
+# NEEDS, and nothing else (no network, nothing downloaded, no install step: the script puts ./src on PYTHONPATH):
+# Python 3.11 or 3.12 ($PYTHON, default python3) with torch (a CUDA build for DEVICE=cuda), transformers >= 4.51
+# (< 6), tokenizers, safetensors, numpy and pyyaml; tqdm and tensorboard are used when present. The environment
+# is trace_rl.rollout.toy_env (pure Python: no sandbox, no data package), named as module:factory. The project's
+# GPU box (torch 2.11 + CUDA 13, transformers 5.17, Python 3.12, 64 MiB of files brought along, 10 minutes per
+# command) holds every one of these, so no wheel has to travel with the repository; a missing one is named in
+# one line before anything runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+DEVICE=${DEVICE:-cuda}
+STEPS=${STEPS:-3}
+OUT=${OUT:-$PWD/device_check}
+args=(--device "$DEVICE" --steps "$STEPS" --out "$OUT")
+for item in ${SET:-}; do args+=(--set "$item"); done
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+if [[ "$DEVICE" == cuda* ]] && command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+fi
+timeout 480 "$PY" scripts/device_check.py "${args[@]}"
