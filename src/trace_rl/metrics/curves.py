@@ -9,9 +9,10 @@
     band(curves, grid, axis)                  -> Band            mean over seeds and its 95 % t-interval on a grid
     run_cost(records)                         -> {...}           generated rollouts, rollout-equivalents, tokens,
                                                                  tool calls: per step and in total
-    curve_summaries(curves, baseline)         -> per method, per seed: final accuracy, AUC, rollouts to the
-                                                 baseline's final accuracy
+    curve_summaries(curves, baseline, axis)   -> per method, per seed: final accuracy, AUC, spend to the
+                                                 baseline's final accuracy (names: summary_keys(axis))
     paired_interval(values, baseline_values)  -> (mean, half-width, n) of the per-seed differences
+    curves_document(curves, baseline)         -> the content of compare's curves.json
 
 Definitions (docs/training.md, "Learning curves"):
 
@@ -110,6 +111,15 @@ def _number(x: object) -> float:
     return math.nan
 
 
+def step_spend(train: Sequence[Record], axis: str) -> list[float]:
+    """Per training record, what it adds along ``axis``: its ``AXIS_FIELDS[axis]`` field (NaN if absent), except
+    on ``rollouts``, where a record without ``rollouts_generated`` counts its ``budget_spent``."""
+    field = AXIS_FIELDS[axis]
+    if axis == "rollouts":
+        return [_number(r[field]) if field in r else _number(r.get("budget_spent")) for r in train]
+    return [_number(r.get(field)) for r in train]
+
+
 def learning_curve(records: Sequence[Record]) -> LearningCurve:
     """One run's learning curve from its metrics.jsonl records.
 
@@ -134,17 +144,10 @@ def learning_curve(records: Sequence[Record]) -> LearningCurve:
         running = np.concatenate([[0.0], np.cumsum(np.asarray(values, dtype=np.float64))])
         return running[upto]
 
-    rollouts = [
-        _number(r["rollouts_generated"]) if "rollouts_generated" in r else _number(r.get("budget_spent"))
-        for r in train
-    ]
     return LearningCurve(
         step=eval_steps,
         accuracy=np.array([evals[s] for s in eval_steps.tolist()], dtype=np.float64),
-        rollouts=cumulative(rollouts),
-        rollout_equivalents=cumulative([_number(r.get("budget_spent")) for r in train]),
-        tokens=cumulative([_number(r.get("tokens_generated")) for r in train]),
-        tool_calls=cumulative([_number(r.get("tool_calls")) for r in train]),
+        **{axis: cumulative(step_spend(train, axis)) for axis in AXES},
         rollouts_logged=all("rollouts_generated" in r for r in train),
     )
 
@@ -262,16 +265,8 @@ def run_cost(records: Sequence[Record]) -> dict[str, float]:
     out: dict[str, float] = {"steps": float(len(train))}
     if not train:
         return out
-    columns = {
-        "rollouts_generated": [
-            _number(r["rollouts_generated"]) if "rollouts_generated" in r else _number(r.get("budget_spent"))
-            for r in train
-        ],
-        "budget_spent": [_number(r.get("budget_spent")) for r in train],
-        "tokens_generated": [_number(r.get("tokens_generated")) for r in train],
-        "tool_calls": [_number(r.get("tool_calls")) for r in train],
-    }
-    for key, values in columns.items():
+    for axis in AXES:
+        key, values = AXIS_FIELDS[axis], step_spend(train, axis)
         if all(math.isfinite(v) for v in values):
             out[key] = float(np.mean(values))
             out[f"{key}_total"] = float(np.sum(values))

@@ -304,7 +304,7 @@ def _learning_curve_plot(
         for c in seeds:
             ax.scatter(c.axis(axis), c.accuracy, s=8, color=line.get_color(), alpha=0.45, linewidths=0)
         drawn = True
-    if axis in ("rollouts", "rollout_equivalents"):
+    if axis in ("rollouts", "rollout_equivalents") and len(everything) > 1:  # a comparison's AUC range
         high = common_range(everything, axis)[1]
         if np.isfinite(high):
             ax.axvline(
@@ -791,6 +791,9 @@ def write_report(folder: str | Path) -> Path:
         ("rollout_equivalents", "accuracy_vs_rollout_eq.png"),
         ("tokens", "accuracy_vs_tokens.png"),
     ):
+        same = all(np.array_equal(c.rollouts, c.rollout_equivalents) for cs in curves.values() for c in cs)
+        if axis == "rollout_equivalents" and same:
+            continue  # flat methods only: the rollouts plot is this one
         title = f"{_eval_title(runs)} vs {AXIS_LABELS[axis].split(' (')[0]}"
         if _learning_curve_plot(img / name, title, curves, axis):
             figures.append((name, title))
