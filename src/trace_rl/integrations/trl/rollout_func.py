@@ -189,13 +189,20 @@ class TraceRolloutFunc:
         """Refuse trainer settings under which TRL's advantages would not be the tree advantages.
 
         Raises:
-            ValueError: evaluation mode, ``scale_rewards`` other than "none", aggregation other than
+            ValueError: evaluation mode, several processes, ``scale_rewards`` other than "none", aggregation other than
                 "sum_then_normalize", or reward weights other than 1 on `trace_advantage_reward` and 0 elsewhere.
         """
         if not trainer.model.training:
             raise ValueError(
                 "trace_rollout_func runs training steps only; set eval_strategy='no' (evaluate with "
                 "trace-rl's evaluation or a separate GRPOTrainer without rollout_func)"
+            )
+        accelerator = getattr(trainer, "accelerator", None)
+        if accelerator is not None and int(accelerator.num_processes) != 1:
+            raise ValueError(
+                "trace_rollout_func needs one training process: with several, TRL spreads a prompt's "
+                f"num_generations copies over the processes ({accelerator.num_processes}), so no process holds a "
+                "whole group to build a tree from"
             )
         if getattr(trainer, "scale_rewards", "none") != "none":
             raise ValueError(
