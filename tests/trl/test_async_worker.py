@@ -141,6 +141,10 @@ def test_async_grpo_trainer_trains_on_trace_worker(tmp_path: Any) -> None:
     assert used.size > 0
     assert np.all(np.min(np.abs(used[:, None] - pushed[None, :]), axis=1) < 1e-6)
 
+    # the worker's step records reach TRL's logs
+    logged = {k for entry in trainer.state.log_history for k in entry}
+    assert {"trace/budget_spent", "trace/effective_ratio", "trace/root_rollouts"} <= logged
+
     # the predictor was updated between steps
     assert history[0].record["predictor_updates"] > 0
     assert all(h.record["predictor_warm"] == 1.0 for h in history[1:])
