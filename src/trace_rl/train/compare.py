@@ -20,10 +20,13 @@ from typing import Any
 import numpy as np
 
 from trace_rl.lab.stats import mean_ci
-from trace_rl.metrics.curves import curves_document, learning_curve, run_cost
+from trace_rl.metrics.curves import SUMMARY_AXES, curves_document, learning_curve, run_cost, summary_keys
 from trace_rl.train.checkpoint import completed_step, finished_run
 from trace_rl.train.config import ConfigError, TrainConfig, budget_shape, validate, with_overrides
 from trace_rl.train.run import Trainer, check_same_config, read_metrics, summarize, train
+
+# learning curves (trace_rl.metrics.curves): None in a run where not defined (the baseline's accuracy not reached)
+CURVE_METRICS = ("final_accuracy", *(key for axis in SUMMARY_AXES for key in summary_keys(axis)))
 
 METRICS = (
     "effective_ratio",
@@ -34,14 +37,7 @@ METRICS = (
     "active_prompts",
     "replays",
     "wall_s",
-    # learning curves (trace_rl.metrics.curves): None where not defined (e.g. the baseline's accuracy not reached)
-    "final_accuracy",
-    "auc",
-    "rollouts_to_baseline_final",
-    "rollouts_to_baseline_final_share",
-    "auc_rollout_equivalents",
-    "rollout_equivalents_to_baseline_final",
-    "rollout_equivalents_to_baseline_final_share",
+    *CURVE_METRICS,
     # cost as generated, per step and in total (trace_rl.metrics.curves.run_cost)
     "steps",
     "rollouts_generated",
@@ -54,18 +50,7 @@ METRICS = (
 )
 
 
-PAIRED_METRICS = (
-    "effective_ratio",
-    "success_rate",
-    "eval_accuracy",
-    "final_accuracy",
-    "auc",
-    "rollouts_to_baseline_final",
-    "rollouts_to_baseline_final_share",
-    "auc_rollout_equivalents",
-    "rollout_equivalents_to_baseline_final",
-    "rollout_equivalents_to_baseline_final_share",
-)
+PAIRED_METRICS = ("effective_ratio", "success_rate", "eval_accuracy", *CURVE_METRICS)
 
 
 def _finite(x: object) -> bool:
