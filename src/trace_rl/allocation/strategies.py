@@ -22,6 +22,7 @@ on more distinct prompts per step than the flat baselines' batch size.
 | trace_prefix_only | random batch of M/n, n each             | `allocate_prefixes`              | TRACE ablation |
 | trace_fresh       | `allocate_roots`                        | `allocate_prefixes` over the turn prefixes AND the prompt (depth-0 anchor: a fresh rollout, cost 1) | ours (docs/allocation.md) |
 | dapo              | random batches of n each, drawn until batch_size mixed groups or a cap of draws; unmixed groups dropped | none | Yu et al. 2025 (DAPO, Sec. 3.2); verl's recipe |
+| branpo            | random batch of M/n, n each             | the last 1-2 turn prefixes of each rollout, by BranPO's accuracy tiers, scaled to the budget | Zhao et al. 2026 (BranPO, arXiv 2602.03719); docs/allocation.md |
 
 ``trace_fresh`` keeps the paper's budget shape but never forces a prompt's local budget onto decided prefixes:
 the prompt itself is one more anchor, whose "replay" is a fresh rollout costing 1 instead of ``replay_cost``, and
@@ -165,6 +166,138 @@ def trace_prefixes(
     return allocate_prefixes(q, budget, cost=cost)
 
 
+# ------------------------------------------------------------------------------- tail branching (BranPO)
+@dataclass(frozen=True)
+class TailAnchors:
+    """Where a prompt's anchors lie on its root rollouts: the input of tail-branching strategies.
+
+    Attributes:
+        rollout: int64 (J,) index in 0..R-1 of the root rollout each anchor lies on.
+        from_end: int64 (J,) turns from the anchor to its rollout's end (1: the last turn prefix, the rollout
+            truncated by one turn).
+        reward: float64 (R,) terminal reward of every root rollout of the prompt (also those without anchors).
+        turns: int64 (R,) turns of every root rollout.
+    """
+
+    rollout: IntArray
+    from_end: IntArray
+    reward: FloatArray
+    turns: IntArray
+
+    def __post_init__(self) -> None:
+        j, r = np.shape(self.rollout), np.shape(self.reward)
+        if np.shape(self.from_end) != j or np.shape(self.turns) != r or len(j) != 1 or len(r) != 1:
+            raise ValueError("TailAnchors: rollout and from_end must be (J,), reward and turns (R,)")
+        if j[0] and (np.min(self.rollout) < 0 or np.max(self.rollout) >= r[0] or np.min(self.from_end) < 1):
+            raise ValueError("TailAnchors: rollout must index 0..R-1 and from_end must be >= 1")
+
+
+TailStrategy = Callable[[TailAnchors, int, np.random.Generator, IntArray | None], IntArray]
+
+#: BranPO counts a rollout as solved at reward >= 0.8 (rLLM fork, rllm/engine/agent_branch_engine.py).
+BRANPO_SOLVED = 0.8
+
+
+def branpo_tiers(reward: npt.ArrayLike, turns: npt.ArrayLike) -> tuple[IntArray, IntArray]:
+    """BranPO's hand-set tiers (Zhao et al. 2026, arXiv 2602.03719; rLLM fork, agent_branch_engine.py).
+
+    With a = the share of the prompt's rollouts with reward >= 0.8 and L-bar = the mean turns of those solved,
+    a rollout with reward r and L turns gets (replays, branch point b = turns cut from its end):
+
+    - 1/2 < a < 1, solved, L - L-bar >= 0.1 (a solved rollout longer than usual):   5 replays, b = 2
+    - a = 1:                                                                           1 replay,  b = 1
+    - a < 1/2, failed:                                                                 2 replays, b = 1
+    - otherwise a <= 3/4 or failed:                                                    2 replays, b = 1
+    - otherwise (a solved rollout of an easy prompt, no longer than usual):            0
+
+    (BranPO's num_branches counts the original rollout: 6, 2, 3, 3, 1.)
+
+    Returns:
+        (replays int64 (R,), branch point int64 (R,) >= 1).
+    """
+    r = np.asarray(reward, dtype=np.float64)
+    n = np.asarray(turns, dtype=np.int64)
+    if r.ndim != 1 or n.shape != r.shape:
+        raise ValueError(f"reward and turns must be 1-D of one length; got {r.shape} and {n.shape}")
+    solved = r >= BRANPO_SOLVED
+    acc = float(solved.mean()) if r.size else 0.0
+    mean_turns = float(n[solved].mean()) if solved.any() else 0.0
+    replays = np.zeros(r.size, dtype=np.int64)
+    point = np.ones(r.size, dtype=np.int64)
+    for i in range(r.size):
+        if 0.5 < acc < 1 and solved[i] and n[i] - mean_turns >= 0.1:
+            replays[i], point[i] = 5, 2
+        elif acc == 1:
+            replays[i] = 1
+        elif (acc < 0.5 and not solved[i]) or acc <= 0.75 or not solved[i]:
+            replays[i] = (
+                2  # BranPO then retries 1 (a >= 1/2) or 2 (a < 1/2) turns further back: no retries here
+            )
+    return replays, point
+
+
+def apportion(weights: npt.ArrayLike, budget: int, cost: IntArray | None = None) -> IntArray:
+    """Spend ``budget`` in proportion to ``weights`` (largest remainders; ties to the earlier index).
+
+    k_j = floor(B w_j / (c_j sum w)) first, then one more replay at a time to the largest remainder that is still
+    affordable. All-zero weights spread the budget evenly.
+
+    Args:
+        weights: (J,) >= 0. budget: integer units. cost: (J,) integer units per replay (None = 1).
+
+    Returns:
+        int64 (J,) with sum(cost * k) <= budget (== budget with unit costs and J > 0).
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    j = w.shape[0]
+    c = np.ones(j, dtype=np.int64) if cost is None else np.asarray(cost, dtype=np.int64)
+    if j == 0 or budget <= 0:
+        return np.zeros(j, dtype=np.int64)
+    if (w < 0).any() or not np.all(np.isfinite(w)) or c.shape != (j,) or (c < 1).any():
+        raise ValueError("weights must be finite and >= 0, cost integers >= 1 of the same length")
+    if w.sum() <= 0:
+        w = np.ones(j)
+    share = budget * w / w.sum() / c  # replays each anchor would get with fractional replays
+    k: IntArray = np.floor(share).astype(np.int64)
+    left = budget - int((c * k).sum())
+    rest = share - k
+    while True:
+        ok = np.flatnonzero((c <= left) & (w > 0))
+        if ok.size == 0:
+            return k
+        pick = int(ok[np.argmax(rest[ok])])  # argmax takes the first of equal remainders
+        k[pick] += 1
+        left -= int(c[pick])
+        rest[pick] -= 1.0
+
+
+def branpo_prefixes(
+    tails: TailAnchors, budget: int, rng: np.random.Generator, cost: IntArray | None = None
+) -> IntArray:
+    """BranPO tail branching at equal budget: replays from each root rollout's last turn prefixes by its tier.
+
+    Each rollout's tier (:func:`branpo_tiers`) names a count and a branch point b; its anchor b turns before its
+    end (the shallowest turn prefix when the rollout is shorter than b + 1 turns) gets that count as a weight, and
+    the prompt's budget is spent in proportion to the weights (:func:`apportion`), so every method spends the same
+    budget. BranPO itself samples its branches one at a time, keeps the first whose outcome differs from the
+    original and retries one or two turns further back when none does; one expansion round here has no retries.
+
+    Returns:
+        int64 (J,) replays per anchor.
+    """
+    j = tails.rollout.shape[0]
+    weights = np.zeros(j, dtype=np.float64)
+    counts, point = branpo_tiers(tails.reward, tails.turns)
+    for r in np.flatnonzero(counts > 0):
+        mine = np.flatnonzero(tails.rollout == r)
+        if mine.size == 0:
+            continue
+        depth_from_end = tails.from_end[mine]
+        target = min(int(point[r]), int(depth_from_end.max()))  # clamp to the shallowest turn prefix
+        weights[mine[depth_from_end == target]] += counts[r]
+    return apportion(weights, budget, cost)
+
+
 # -------------------------------------------------------------------------------------------- the methods
 @dataclass(frozen=True)
 class Method:
@@ -178,10 +311,13 @@ class Method:
     # DAPO dynamic sampling: the root strategy is drawn again over not-yet-drawn prompts until the batch holds
     # batch_size mixed groups (or a cap of draws); only mixed groups are trained on (trace_rl.train.step)
     dynamic_sampling: bool = False
+    # tail branching (branpo): replays decided from where anchors lie on their rollouts instead of from q; the
+    # step builds the `TailAnchors` of each prompt and calls this instead of ``prefixes``
+    tail_prefixes: TailStrategy | None = None
 
     @property
     def has_replays(self) -> bool:
-        return self.prefixes is not no_prefixes
+        return self.prefixes is not no_prefixes or self.tail_prefixes is not None
 
 
 METHODS: dict[str, Method] = {
@@ -196,6 +332,9 @@ METHODS: dict[str, Method] = {
         Method("trace_prefix_only", uniform_tree_roots, trace_prefixes, uses_predictor=True),
         Method("trace_fresh", trace_roots, trace_prefixes, uses_predictor=True, fresh=True),
         Method("dapo", grpo_roots, no_prefixes, uses_predictor=False, dynamic_sampling=True),
+        Method(
+            "branpo", uniform_tree_roots, no_prefixes, uses_predictor=False, tail_prefixes=branpo_prefixes
+        ),
     )
 }
 

@@ -67,8 +67,14 @@ def method_step(
         rng: the step's generator (allocation tie-breaks and the simulator's randomness).
 
     Raises:
-        ValueError: from the strategies (e.g. a pool smaller than the batch) or the predictor.
+        ValueError: a tail-branching method (`branpo`: it reads where anchors lie on real multi-turn rollouts,
+            which the lab does not model), or from the strategies (e.g. a pool smaller than the batch) or the
+            predictor.
     """
+    if method.tail_prefixes is not None:
+        raise ValueError(
+            f"{method.name} branches from the last turns of real rollouts; the lab does not model them"
+        )
     p = len(pool)
     if method.uses_predictor:
         v = np.asarray(predictor.predict(prompt_queries(pool.tasks)), dtype=np.float64)

@@ -30,6 +30,7 @@ from trace_rl.allocation import (
     METHODS,
     BudgetShape,
     Method,
+    TailAnchors,
     repeat_probability,
     token_aware_costs,
 )
@@ -119,15 +120,17 @@ def prefix_callback(
         if not anchors or budget <= 0:
             return np.zeros(len(anchors), dtype=np.int64)
         t0 = time.perf_counter()
-        texts = [
-            serialize_anchor(task.prompt, _history(tree, a.node), max_chars=parts.max_chars) for a in anchors
-        ]
-        values = parts.predictor.predict(texts)
-        rewards = np.array([a.reward for a in anchors], dtype=np.float64)
-        if method.fresh:
-            values = anchor_values(parts.predictor, texts, values, tree, anchors)
-        q = repeat_probability(rewards, values)
-        parts.tick("predictor", time.perf_counter() - t0)
+        if method.tail_prefixes is None:  # tail branching reads where anchors lie, not the predictor
+            texts = [
+                serialize_anchor(task.prompt, _history(tree, a.node), max_chars=parts.max_chars)
+                for a in anchors
+            ]
+            values = parts.predictor.predict(texts)
+            rewards = np.array([a.reward for a in anchors], dtype=np.float64)
+            if method.fresh:
+                values = anchor_values(parts.predictor, texts, values, tree, anchors)
+            q = repeat_probability(rewards, values)
+            parts.tick("predictor", time.perf_counter() - t0)
         t1 = time.perf_counter()
         cost: np.ndarray | None = None
         if parts.accounting == "token" or method.fresh:
@@ -139,13 +142,42 @@ def prefix_callback(
                 cost[replay] = token_aware_costs(remaining, full, units_per_rollout=UNITS_PER_ROLLOUT)
             else:
                 cost[replay] = max(round(shape.replay_cost * UNITS_PER_ROLLOUT), 1)
-        k = method.prefixes(q, budget, prompt_rngs[task.id], cost)
+        rng = prompt_rngs[task.id]
+        if method.tail_prefixes is not None:
+            k = method.tail_prefixes(tail_anchors(tree, anchors), budget, rng, cost)
+        else:
+            k = method.prefixes(q, budget, rng, cost)
         if parts.accounting == "token" and cost is not None:
             spent_units.append(int((cost * k)[replay].sum()))  # fresh rollouts are counted as roots
         parts.tick("allocation", time.perf_counter() - t1)
         return k
 
     return allocate
+
+
+def tail_anchors(tree: RolloutTree, anchors: Sequence[Anchor]) -> TailAnchors:
+    """Where each turn-prefix anchor lies on its root rollout, and every root rollout's reward and turns.
+
+    Input of the tail-branching strategies (`trace_rl.allocation.branpo_prefixes`). ``tree`` holds the prompt's
+    root rollouts only (the scheduler calls the prefix strategy before any replay).
+
+    Raises:
+        ValueError: an anchor is the prompt (node 0) or lies on a replay.
+    """
+    chain_leaf = tree.chain_leaf()
+    leaves = [int(p[-1]) for p in tree.paths() if not tree.is_replay[int(p[-1])]]
+    index = {leaf: r for r, leaf in enumerate(leaves)}
+    depth = np.asarray(tree.depth, dtype=np.int64)
+    if any(a.node == 0 or int(chain_leaf[a.node]) not in index for a in anchors):
+        raise ValueError("tail anchors are turn prefixes of root rollouts (not the prompt, not replays)")
+    return TailAnchors(
+        rollout=np.asarray([index[int(chain_leaf[a.node])] for a in anchors], dtype=np.int64),
+        from_end=np.asarray(
+            [depth[int(chain_leaf[a.node])] - depth[a.node] for a in anchors], dtype=np.int64
+        ),
+        reward=np.asarray([float(tree.reward[leaf]) for leaf in leaves], dtype=np.float64),
+        turns=np.asarray([depth[leaf] for leaf in leaves], dtype=np.int64),
+    )
 
 
 def anchor_values(
