@@ -69,3 +69,13 @@ def test_registry_names_are_checked_without_importing_their_modules(monkeypatch:
 
     monkeypatch.setattr(envs.importlib, "import_module", no_import)
     assert env_problem("bfcl", gold=True) is None  # config validation stays cheap for the shipped envs
+
+
+def test_the_cli_resolves_a_user_environment_with_its_gold_trajectories() -> None:
+    from trace_rl.cli._envs import resolve_env
+
+    entry = resolve_env(NAME)
+    task = entry.load_tasks("train", 2, 0)[0]
+    env = entry.make(max_turns=3)
+    env.reset(task)
+    assert [env.step(turn).reward for turn in entry.gold_trajectory(task)] == [0.0, 1.0]

@@ -35,5 +35,5 @@ def resolve_env(name: str) -> EnvEntry:
     return EnvEntry(
         lambda **kw: envs.make_env(name, **kw),
         lambda split, limit, seed: envs.load_tasks(name, split, limit, seed),
-        envs.gold_trajectory,
+        lambda task: envs.gold_trajectory(task, name),  # a module:factory env's tasks may carry another name
     )

@@ -19,7 +19,11 @@ from trace_rl.cli.main import UsageError
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("sft", help="supervised warm start on gold trajectories (loss on model tokens only)")
-    p.add_argument("--env", required=True, help="environment name (toy_arith or an envs package name)")
+    p.add_argument(
+        "--env",
+        required=True,
+        help="environment name (toy_arith, an envs package name, or module:factory for your own)",
+    )
     p.add_argument("--policy", default="tiny", help="tiny | smollm2-135m-instruct | checkpoint folder")
     p.add_argument("--out", required=True, help="output folder (policy + sft_report.json)")
     p.add_argument("--steps", type=int, default=1900)
