@@ -17,7 +17,6 @@ def validate(cfg: TrainConfig) -> None:
     """Check value ranges and combinations; raise ConfigError naming the first bad key."""
     from trace_rl.allocation import METHODS
     from trace_rl.predictor.convex import CONVEX_NAMES
-    from trace_rl.train.config import PredictorSection
 
     def need(ok: bool, key: str, why: str) -> None:
         if not ok:
@@ -142,7 +141,7 @@ def validate(cfg: TrainConfig) -> None:
         cfg.predictor.history_window >= 0, "predictor.history_window", "must be >= 0 (0 = keep every outcome)"
     )
     need(0 < cfg.predictor.history_decay <= 1, "predictor.history_decay", "must lie in (0, 1]")
-    defaults = PredictorSection()
+    defaults = type(cfg.predictor)()  # the section's defaults (no import back into trace_rl.train.config)
     need(
         cfg.predictor.name in CONVEX_NAMES
         or (
