@@ -5,8 +5,11 @@
 A run folder holds metrics.jsonl (and config.json, sft/sft.json); a compare folder holds comparison.json and one
 run folder per method and seed (DIR/<method>/seed_<k>/metrics.jsonl). The page opens with a summary panel (the
 headline numbers with units: trace_rl.metrics.summary), then a grid of plots; for a compare folder, a table of
-the methods side by side with 95 % intervals over seeds, an interval plot, and curves as the mean over seeds
-with their min-max band. It is self-contained: the plots are embedded as data URIs, nothing is fetched.
+the methods side by side with 95 % intervals over seeds, the learning-curve tables (final pass@1, AUC, spend to
+the baseline's final pass@1, paired intervals: trace_rl.metrics.curves) and the cost as generated, an interval
+plot, and curves as the mean over seeds with their min-max band; held-out pass@1 against cumulative generated
+rollouts, rollout-equivalents and tokens with a 95 % t-band. It is self-contained: the plots are embedded as data
+URIs, nothing is fetched.
 """
 
 from __future__ import annotations
