@@ -55,25 +55,19 @@ def test_branpo_replays_from_each_rollouts_tail_by_its_tier() -> None:
         TailAnchors(np.array([0]), np.array([0]), np.array([1.0]), np.array([2]))
 
 
-def test_branpo_is_a_tree_method_without_a_predictor_and_not_a_lab_method() -> None:
-    from trace_rl.allocation import BudgetShape
-    from trace_rl.lab.step import method_step
-
+def test_branpo_is_a_tree_method_without_a_predictor() -> None:
     method = get_method("branpo")
     assert method.has_replays and not method.uses_predictor and method.tail_prefixes is branpo_prefixes
-    with pytest.raises(ValueError, match="branpo branches from the last turns"):
-        method_step(method, None, None, BudgetShape(roots=16, continuations=2, group_size=4), None)  # type: ignore[arg-type]
 
 
 def test_tail_anchors_read_from_a_tree() -> None:
-    from trace_rl.train.step import tail_anchors
+    from trace_rl.allocation import tail_anchors
     from trace_rl.tree import RolloutTree
-    from trace_rl.types import Anchor
 
     # prompt 0 -> roots (1 -> 2 -> 3) solved, (4 -> 5) failed, (6) failed in one turn
     tree = RolloutTree.from_parents([-1, 0, 1, 2, 0, 4, 0], [NAN, NAN, NAN, 1.0, NAN, 0.0, 0.0])
-    tails = tail_anchors(tree, tree.anchors())
+    tails = tail_anchors(tree, [a.node for a in tree.anchors()])
     assert tails.rollout.tolist() == [0, 0, 1] and tails.from_end.tolist() == [2, 1, 1]
     assert tails.reward.tolist() == [1.0, 0.0, 0.0] and tails.turns.tolist() == [3, 2, 1]
     with pytest.raises(ValueError, match="not the prompt"):
-        tail_anchors(tree, [Anchor(0, 0, 1.0)])
+        tail_anchors(tree, [0])

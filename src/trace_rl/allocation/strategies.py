@@ -32,8 +32,9 @@ anchors).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -193,6 +194,46 @@ class TailAnchors:
 
 
 TailStrategy = Callable[[TailAnchors, int, np.random.Generator, IntArray | None], IntArray]
+
+
+class _RolloutTreeLike(Protocol):
+    """The parts of `trace_rl.tree.RolloutTree` that `tail_anchors` reads (allocation does not import tree)."""
+
+    @property
+    def depth(self) -> IntArray: ...
+    @property
+    def reward(self) -> FloatArray: ...
+    @property
+    def is_replay(self) -> npt.NDArray[np.bool_]: ...
+    def paths(self) -> Iterator[IntArray]: ...
+    def chain_leaf(self) -> IntArray: ...
+
+
+def tail_anchors(tree: _RolloutTreeLike, nodes: Sequence[int]) -> TailAnchors:
+    """Where each turn-prefix anchor (a node of ``tree``) lies on its root rollout, and every root's reward and turns.
+
+    ``tree`` holds one prompt's rollouts (a `trace_rl.tree.RolloutTree`); the prefix strategy is called before any
+    replay, so its root rollouts are its non-replay paths.
+
+    Raises:
+        ValueError: a node is the prompt (0) or does not lie on a root rollout.
+    """
+    chain_leaf = tree.chain_leaf()
+    leaves = [int(p[-1]) for p in tree.paths() if not tree.is_replay[int(p[-1])]]
+    index = {leaf: r for r, leaf in enumerate(leaves)}
+    depth = np.asarray(tree.depth, dtype=np.int64)
+    ends = [int(chain_leaf[int(x)]) if int(x) > 0 else -1 for x in nodes]
+    if any(e not in index for e in ends):
+        raise ValueError("tail anchors are turn prefixes of root rollouts (not the prompt, not replays)")
+    return TailAnchors(
+        rollout=np.asarray([index[e] for e in ends], dtype=np.int64),
+        from_end=np.asarray(
+            [depth[e] - depth[int(x)] for e, x in zip(ends, nodes, strict=True)], dtype=np.int64
+        ),
+        reward=np.asarray([float(tree.reward[leaf]) for leaf in leaves], dtype=np.float64),
+        turns=np.asarray([depth[leaf] for leaf in leaves], dtype=np.int64),
+    )
+
 
 #: BranPO counts a rollout as solved at reward >= 0.8 (rLLM fork, rllm/engine/agent_branch_engine.py).
 BRANPO_SOLVED = 0.8

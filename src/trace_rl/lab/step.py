@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from trace_rl.allocation import BudgetShape, Method, repeat_probability
+from trace_rl.allocation import BudgetShape, Method, repeat_probability, tail_anchors
 from trace_rl.lab.predictors import Predictor, prefix_query, prompt_queries
 from trace_rl.lab.simulator import Pool, add_replays, rollout_trees
 from trace_rl.metrics import effective_ratio
@@ -67,14 +67,8 @@ def method_step(
         rng: the step's generator (allocation tie-breaks and the simulator's randomness).
 
     Raises:
-        ValueError: a tail-branching method (`branpo`: it reads where anchors lie on real multi-turn rollouts,
-            which the lab does not model), or from the strategies (e.g. a pool smaller than the batch) or the
-            predictor.
+        ValueError: from the strategies (e.g. a pool smaller than the batch) or the predictor.
     """
-    if method.tail_prefixes is not None:
-        raise ValueError(
-            f"{method.name} branches from the last turns of real rollouts; the lab does not model them"
-        )
     p = len(pool)
     if method.uses_predictor:
         v = np.asarray(predictor.predict(prompt_queries(pool.tasks)), dtype=np.float64)
@@ -97,7 +91,10 @@ def method_step(
         else:
             big_v = np.full(nodes.shape[0], 0.5)
         q = repeat_probability(r, big_v)
-        k = method.prefixes(q, budget, rng, None)
+        if method.tail_prefixes is not None:  # tail branching (branpo): where the anchors lie, not q
+            k = method.tail_prefixes(tail_anchors(tree, nodes.tolist()), budget, rng, None)
+        else:
+            k = method.prefixes(q, budget, rng, None)
         add_replays(tree, pool, nodes, k, rng)
         replays[a] = int(k.sum())
     return StepResult(plan=plan, v=v, prompts=active, trees=trees, replays=replays)

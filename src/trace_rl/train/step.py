@@ -30,8 +30,8 @@ from trace_rl.allocation import (
     METHODS,
     BudgetShape,
     Method,
-    TailAnchors,
     repeat_probability,
+    tail_anchors,
     token_aware_costs,
 )
 from trace_rl.metrics import (
@@ -144,7 +144,7 @@ def prefix_callback(
                 cost[replay] = max(round(shape.replay_cost * UNITS_PER_ROLLOUT), 1)
         rng = prompt_rngs[task.id]
         if method.tail_prefixes is not None:
-            k = method.tail_prefixes(tail_anchors(tree, anchors), budget, rng, cost)
+            k = method.tail_prefixes(tail_anchors(tree, [a.node for a in anchors]), budget, rng, cost)
         else:
             k = method.prefixes(q, budget, rng, cost)
         if parts.accounting == "token" and cost is not None:
@@ -153,31 +153,6 @@ def prefix_callback(
         return k
 
     return allocate
-
-
-def tail_anchors(tree: RolloutTree, anchors: Sequence[Anchor]) -> TailAnchors:
-    """Where each turn-prefix anchor lies on its root rollout, and every root rollout's reward and turns.
-
-    Input of the tail-branching strategies (`trace_rl.allocation.branpo_prefixes`). ``tree`` holds the prompt's
-    root rollouts only (the scheduler calls the prefix strategy before any replay).
-
-    Raises:
-        ValueError: an anchor is the prompt (node 0) or lies on a replay.
-    """
-    chain_leaf = tree.chain_leaf()
-    leaves = [int(p[-1]) for p in tree.paths() if not tree.is_replay[int(p[-1])]]
-    index = {leaf: r for r, leaf in enumerate(leaves)}
-    depth = np.asarray(tree.depth, dtype=np.int64)
-    if any(a.node == 0 or int(chain_leaf[a.node]) not in index for a in anchors):
-        raise ValueError("tail anchors are turn prefixes of root rollouts (not the prompt, not replays)")
-    return TailAnchors(
-        rollout=np.asarray([index[int(chain_leaf[a.node])] for a in anchors], dtype=np.int64),
-        from_end=np.asarray(
-            [depth[int(chain_leaf[a.node])] - depth[a.node] for a in anchors], dtype=np.int64
-        ),
-        reward=np.asarray([float(tree.reward[leaf]) for leaf in leaves], dtype=np.float64),
-        turns=np.asarray([depth[leaf] for leaf in leaves], dtype=np.int64),
-    )
 
 
 def anchor_values(
