@@ -2,8 +2,8 @@
 
 The run's other jobs live next to it: the supervised warm start in `trace_rl.train.warm_start`, the held-out
 evaluation in `trace_rl.train.evaluation`, checkpoints in `trace_rl.train.checkpoint`, and the run folder (its
-layout, metrics.jsonl, config.json, the CLI's helpers) in `trace_rl.train.rundir`. Their public names stay
-importable from here.
+layout, metrics.jsonl, config.json, the CLI's helpers) in `trace_rl.train.rundir`, the data order and the timed env
+factory in `trace_rl.train.data`. Their public names stay importable from here.
 """
 
 from __future__ import annotations
@@ -11,10 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
-import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +25,7 @@ from trace_rl.train.checkpoint import (
     save_checkpoint,
 )
 from trace_rl.train.config import TrainConfig, budget_shape
+from trace_rl.train.data import DataCursor, TimedEnvFactory
 from trace_rl.train.evaluation import evaluate_held_out
 from trace_rl.train.rundir import (
     RUN_DIRS,
@@ -49,83 +47,6 @@ from trace_rl.train.warm_start import (
     warm_start_policy,
     warm_start_predictor,
 )
-
-
-class TimedEnvFactory:
-    """Makes environments whose step() calls are timed (the "tools" share of the wall-clock).
-
-    Steps of concurrent episodes run in worker threads and overlap, so the factory accumulates the busy
-    wall-clock time: seconds during which at least one env.step of any of its environments was running.
-    """
-
-    def __init__(self, make: Callable[[], Any]) -> None:
-        self._make = make
-        self._seconds = 0.0
-        self._active = 0
-        self._since = 0.0
-        self._lock = threading.Lock()
-
-    def _enter(self) -> None:
-        with self._lock:
-            if self._active == 0:
-                self._since = time.perf_counter()
-            self._active += 1
-
-    def _exit(self) -> None:
-        with self._lock:
-            self._active -= 1
-            if self._active == 0:
-                self._seconds += time.perf_counter() - self._since
-
-    def __call__(self) -> Any:
-        env = self._make()
-        factory = self
-
-        class _Timed:
-            def reset(self, task: Any) -> Any:
-                return env.reset(task)
-
-            def step(self, text: str) -> Any:
-                factory._enter()
-                try:
-                    return env.step(text)
-                finally:
-                    factory._exit()
-
-            def snapshot(self) -> Any:
-                return env.snapshot()
-
-            def restore(self, state: Any) -> None:
-                env.restore(state)
-
-        return _Timed()
-
-    @property
-    def seconds(self) -> float:
-        """Busy seconds so far: wall-clock time with at least one env.step running (overlaps counted once)."""
-        with self._lock:
-            return self._seconds
-
-
-@dataclass
-class DataCursor:
-    """Deterministic order over the training tasks: epoch permutations seeded by (seed, epoch)."""
-
-    n: int
-    seed: int
-    epoch: int = 0
-    index: int = 0
-
-    def take(self, k: int) -> list[int]:
-        out: list[int] = []
-        while len(out) < k:
-            order = np.random.default_rng([self.seed, self.epoch]).permutation(self.n)
-            take = min(k - len(out), self.n - self.index)
-            out.extend(int(i) for i in order[self.index : self.index + take])
-            self.index += take
-            if self.index >= self.n:
-                self.epoch, self.index = self.epoch + 1, 0
-        return out
 
 
 class Trainer:
