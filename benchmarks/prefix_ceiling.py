@@ -84,6 +84,7 @@ def collect(args: argparse.Namespace) -> list[dict[str, Any]]:
                 max_turns=cfg.env.max_turns,
                 max_concurrency=cfg.sampling.max_concurrency,
                 seed=args.seed,
+                anchorless_fresh=False,  # replays only: the huge budget must not buy fresh rollouts
             )
         )
     prompts = []

@@ -8,7 +8,13 @@ import pytest
 
 from trace_rl.envs.base import ToolCall
 from trace_rl.envs.bfcl import load_bfcl_tasks
-from trace_rl.envs.bfcl_parity import env_reward, gold_calls, official_reward, perturbed_trajectories
+from trace_rl.envs.bfcl_parity import (
+    api_methods,
+    env_reward,
+    gold_calls,
+    official_reward,
+    perturbed_trajectories,
+)
 
 
 @pytest.fixture(scope="module")
@@ -48,3 +54,29 @@ def test_official_reward_refuses_unsafe_call_strings(tasks) -> None:  # type: ig
             official_reward(task, [[[bad]], *gold[1:]])
     with pytest.raises(ValueError):
         official_reward(task, gold[:-1])
+
+
+def test_official_reward_refuses_calls_outside_the_tasks_api(tasks, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """bfcl-eval's own helper with literal arguments would ``eval`` its inner string: only the task's API methods
+    may become call strings, and nothing the refused call names runs."""
+    task = tasks[0]
+    gold = gold_calls(task)
+    marker = tmp_path / "marker"
+    inner = f"open({str(marker)!r}, 'w').write('ran')"
+    hostile = ToolCall(
+        "execute_multi_turn_func_call",
+        {
+            "func_call_list": [inner],
+            "initial_config": {},
+            "involved_classes": [],
+            "model_name": "x",
+            "test_entry_id": "y",
+        },
+    )
+    for bad in (hostile, ToolCall("multi_turn_checker", {}), ToolCall("print", {})):
+        with pytest.raises(ValueError, match="API methods"):
+            official_reward(task, [[[bad]], *gold[1:]])
+    assert not marker.exists()
+    first = gold[0][0][0]
+    assert first.name in api_methods(task)  # the gold calls themselves stay allowed
+    assert official_reward(task, gold) == 1.0

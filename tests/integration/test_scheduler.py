@@ -13,6 +13,7 @@ from trace_rl.rollout import toy_env
 from trace_rl.rollout.agent import ChatCodec
 from trace_rl.rollout.backends import Completion, SamplingParams
 from trace_rl.rollout.engine import LocalEngine
+from trace_rl.rollout.expansion import PrefixChoice
 from trace_rl.rollout.scheduler import run_plan, uniform_prefixes
 from trace_rl.types import RootPlan
 
@@ -143,11 +144,13 @@ def test_fresh_anchor_buys_root_rollouts_at_cost_one(tiny_policy):
         assert points[0] is None and all(p is not None for p in points[1:])
         k = np.zeros(len(anchors), np.int64)
         k[0], k[1] = 2, 1  # two fresh rollouts and one replay from the first turn prefix
-        return k
+        cost = np.ones(len(anchors), np.int64)
+        cost[0] = 2  # the budget counts replays at 0.5: a fresh rollout is worth two of them
+        return PrefixChoice(k, cost)
 
     results = asyncio.run(
         run_plan(
-            plan([2, 3], [4, 4]),
+            plan([2, 3], [5, 5]),
             tasks,
             engine,
             lambda: toy_env.make_env(max_turns=5),

@@ -142,11 +142,14 @@ def _scripted_plan(root_rewards: dict[str, list[float]], k0: int):  # type: igno
     offers: dict[str, bool] = {}
 
     def strategy(task, tree, anchors, points, budget):  # type: ignore[no-untyped-def]
+        from trace_rl.rollout.expansion import PrefixChoice
+
         k = np.zeros(len(anchors), np.int64)
+        cost = np.ones(len(anchors), np.int64)
         offers[task.id] = bool(anchors) and anchors[0].node == 0
         if offers[task.id]:
-            k[0] = k0
-        return k
+            k[0], cost[0] = k0, 2  # the budget counts replays at 0.5: a fresh rollout costs two
+        return PrefixChoice(k, cost)
 
     tasks = [Task(id=name, env="x", prompt=name) for name in root_rewards]
     counts = [len(r) for r in root_rewards.values()]

@@ -1,6 +1,12 @@
 """TRACE allocation: objectives, exact solvers, budget accounting and per-method strategies (pure numpy)."""
 
-from trace_rl.allocation.budget import BudgetShape, token_aware_budget, token_aware_costs
+from trace_rl.allocation.budget import (
+    UNITS_PER_ROLLOUT,
+    BudgetShape,
+    token_aware_budget,
+    token_aware_costs,
+    units_per_rollout,
+)
 from trace_rl.allocation.objectives import flip_probability, mixed_probability, repeat_probability
 from trace_rl.allocation.solvers import allocate_prefixes, allocate_roots, knapsack_dp
 from trace_rl.allocation.strategies import (
@@ -27,6 +33,7 @@ from trace_rl.allocation.strategies import (
 
 __all__ = [
     "METHODS",
+    "UNITS_PER_ROLLOUT",
     "BudgetShape",
     "Method",
     "PrefixStrategy",
@@ -54,4 +61,5 @@ __all__ = [
     "trace_prefixes",
     "trace_roots",
     "uniform_tree_roots",
+    "units_per_rollout",
 ]

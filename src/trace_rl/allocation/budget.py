@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
@@ -87,6 +88,32 @@ class BudgetShape:
     def spent(self, root_rollouts: int, replays: float) -> float:
         """Rollout-equivalents of a step: roots + replay_cost * replays (replays may be fractional units)."""
         return float(root_rollouts) + self.replay_cost * float(replays)
+
+
+UNITS_PER_ROLLOUT = (
+    8  # token-aware accounting: integer cost units per full rollout (the default quantisation)
+)
+
+
+def units_per_rollout(replay_cost: float, *, base: int = UNITS_PER_ROLLOUT) -> int:
+    """Integer cost units per rollout-equivalent in which ``replay_cost`` is exact: the least common multiple of
+    ``base`` and the denominator of replay_cost as a fraction (0.5 -> 8, 0.25 -> 8, 0.3 -> 40, 1/3 -> 24).
+
+    A replay from a turn prefix then costs ``replay_cost * units`` units exactly and a fresh rollout ``units``,
+    so a prefix budget priced in units and the rollout-equivalents charged for it always agree.
+
+    Raises:
+        ValueError: replay_cost outside (0, 1], or not a fraction with denominator <= 1000 (within 1e-9).
+    """
+    if not (0.0 < replay_cost <= 1.0) or not math.isfinite(replay_cost):
+        raise ValueError(f"replay_cost must lie in (0, 1]; got {replay_cost}")
+    frac = Fraction(replay_cost).limit_denominator(1000)
+    if abs(float(frac) - replay_cost) > 1e-9:
+        raise ValueError(
+            f"replay_cost {replay_cost} is not a fraction with denominator <= 1000, so no integer cost unit "
+            "prices it exactly; use e.g. 0.5, 0.25 or 0.3"
+        )
+    return math.lcm(base, frac.denominator)
 
 
 def token_aware_costs(

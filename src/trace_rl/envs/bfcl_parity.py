@@ -12,9 +12,10 @@ A *call trajectory* is, per user turn, per assistant step, the tool calls of tha
   from it (dropped, duplicated, reordered, moved and altered calls; calls in turns whose ground truth is
   empty), the cases tests/integration/test_bfcl_parity.py and benchmarks/bfcl_parity.py compare.
 
-bfcl-eval executes the call strings with ``eval``; `official_reward` therefore only builds strings from
-identifier names that are not Python builtins and from arguments whose ``repr`` reads back as the same
-literal (``ast.literal_eval``), and raises ValueError for anything else.
+bfcl-eval executes the call strings with ``eval``; `official_reward` therefore only builds strings whose name is
+one of the task's API methods (the functions documented for its ``involved_classes``, held-out ones included:
+never a bfcl-eval helper such as ``execute_multi_turn_func_call``, never a builtin) and whose arguments'
+``repr`` reads back as the same literal (``ast.literal_eval``), and raises ValueError for anything else.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from trace_rl.envs.base import MAX_CALLS_PER_TURN, ToolCall
-from trace_rl.envs.bfcl import BfclEnv, _bind, make_instances, parse_call_string
+from trace_rl.envs.bfcl import BfclEnv, _bind, _func_docs, make_instances, parse_call_string
 from trace_rl.types import Task
 
 CallTrajectory = list[list[list[ToolCall]]]
@@ -94,7 +95,8 @@ def official_reward(task: Task, turns: CallTrajectory) -> float:
     _check_turns(task, turns)
     if any(len([s for s in steps if s]) > MAXIMUM_STEP_LIMIT for steps in turns):
         return 0.0
-    decoded = [[[_call_string(c) for c in step] for step in steps if step] for steps in turns]
+    methods = api_methods(task)
+    decoded = [[[_call_string(c, methods) for c in step] for step in steps if step] for steps in turns]
     m = task.metadata
     entry = {
         "id": task.id,
@@ -170,10 +172,17 @@ def _alter_string(call: ToolCall) -> ToolCall | None:
     return None
 
 
-def _call_string(call: ToolCall) -> str:
+def api_methods(task: Task) -> frozenset[str]:
+    """Names of the task's API methods: every function documented for its ``involved_classes`` (including the
+    ones held out until a later turn)."""
+    classes: list[str] = list(task.metadata["involved_classes"])  # type: ignore[call-overload]
+    return frozenset(str(d["name"]) for cls in classes for d in _func_docs(cls))
+
+
+def _call_string(call: ToolCall, methods: frozenset[str]) -> str:
     name = call.name
-    if not name.isidentifier() or keyword.iskeyword(name) or hasattr(builtins, name):
-        raise ValueError(f"{name!r} cannot be written as a BFCL call string")
+    if name not in methods or not name.isidentifier() or keyword.iskeyword(name) or hasattr(builtins, name):
+        raise ValueError(f"{name!r} is not one of the task's API methods: it cannot be a BFCL call string")
     parts = []
     for key, value in call.arguments.items():
         text = repr(value)
@@ -190,4 +199,11 @@ def _literal(text: str) -> Any:
         return object()
 
 
-__all__ = ["CallTrajectory", "env_reward", "gold_calls", "official_reward", "perturbed_trajectories"]
+__all__ = [
+    "CallTrajectory",
+    "api_methods",
+    "env_reward",
+    "gold_calls",
+    "official_reward",
+    "perturbed_trajectories",
+]

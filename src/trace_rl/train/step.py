@@ -26,14 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from trace_rl.allocation import (
-    METHODS,
-    BudgetShape,
-    Method,
-    repeat_probability,
-    tail_anchors,
-    token_aware_costs,
-)
+from trace_rl.allocation import UNITS_PER_ROLLOUT, BudgetShape, Method
 from trace_rl.metrics import (
     effective_ratio,
     is_effective,
@@ -41,12 +34,24 @@ from trace_rl.metrics import (
     replay_depth_histogram,
     signal_per_token,
 )
-from trace_rl.predictor import posterior_mean
-from trace_rl.predictor.examples import leaf_counts, node_examples
+from trace_rl.predictor.examples import node_examples
 from trace_rl.predictor.serialize import serialize_anchor
+from trace_rl.rollout.expansion import ReplayAllocator
 from trace_rl.rollout.scheduler import PromptResult, roots_mixed, run_plan
+from trace_rl.train.prefixes import anchor_values, effective_method, prefix_budget, replay_allocator
 from trace_rl.tree import RolloutTree
-from trace_rl.types import Anchor, RootPlan, Task
+from trace_rl.types import RootPlan, Task
+
+__all__ = [
+    "UNITS_PER_ROLLOUT",
+    "StepParts",
+    "anchor_values",
+    "effective_method",
+    "fresh_rollouts_on_mixed",
+    "prefix_callback",
+    "replay_flips",
+    "training_step",
+]
 
 
 @dataclass
@@ -85,142 +90,36 @@ class StepParts:
         self.timers[key] = self.timers.get(key, 0.0) + seconds
 
 
-def effective_method(method: Method, predictor_warm: bool) -> Method:
-    """The cold-start rule: before the first predictor update, predictor-driven methods allocate uniformly."""
-    if predictor_warm or not method.uses_predictor:
-        return method
-    return METHODS["treepo"] if method.has_replays else METHODS["grpo"]
-
-
-UNITS_PER_ROLLOUT = 8  # token-aware accounting: integer cost units per full rollout
-
-
 def prefix_callback(
     method: Method,
     parts: StepParts,
     shape: BudgetShape,
     prompt_rngs: Mapping[str, np.random.Generator],
-    spent_units: list[int],
-) -> Callable[[Task, RolloutTree, Sequence[Anchor], Sequence[Any], int], np.ndarray]:
-    """The scheduler's per-prompt callback: score this prompt's anchors and allocate its replays.
+) -> ReplayAllocator:
+    """The scheduler's per-prompt replay allocator: `trace_rl.train.prefixes.replay_allocator` on the step's
+    predictor, accounting and per-prompt generators.
 
     ``prompt_rngs`` maps each task id to its own generator (drawn in pool order before the rollouts start):
     prompts finish in an order that depends on generation and tool timing, so a shared generator would hand
-    different draws to different prompts from run to run.
-
-    With "paper" accounting ``budget`` counts replays (N m_i) and each costs ``shape.replay_cost``. With "token"
-    accounting ``budget`` is in integer units (UNITS_PER_ROLLOUT per full rollout) and a replay from anchor j
-    costs ceil(8 * remaining_j / mean rollout tokens), remaining_j being the model tokens the original rollout
-    generated after anchor j (its expected remaining work); `spent_units` collects what each prompt spent.
+    different draws to different prompts from run to run. Budgets and costs are in the units of
+    `trace_rl.train.prefixes.prefix_budget` (replays under "paper" accounting; integer cost units under "token"
+    accounting or a fresh anchor, where a replay from anchor j costs ceil(U * remaining_j / mean rollout
+    tokens), remaining_j being the model tokens the original rollout generated after anchor j).
     """
-
-    def allocate(
-        task: Task, tree: RolloutTree, anchors: Sequence[Anchor], points: Sequence[Any], budget: int
-    ) -> np.ndarray:
-        if not anchors or budget <= 0:
-            return np.zeros(len(anchors), dtype=np.int64)
-        t0 = time.perf_counter()
-        if method.tail_prefixes is None:  # tail branching reads where anchors lie, not the predictor
-            texts = [
-                serialize_anchor(task.prompt, _history(tree, a.node), max_chars=parts.max_chars)
-                for a in anchors
-            ]
-            values = parts.predictor.predict(texts)
-            rewards = np.array([a.reward for a in anchors], dtype=np.float64)
-            if method.fresh:
-                values = anchor_values(parts.predictor, texts, values, tree, anchors)
-            q = repeat_probability(rewards, values)
-            parts.tick("predictor", time.perf_counter() - t0)
-        t1 = time.perf_counter()
-        cost: np.ndarray | None = None
-        if parts.accounting == "token" or method.fresh:
-            replay = np.array([a.node != 0 for a in anchors])  # the prompt's fresh-rollout anchor is node 0
-            # a fresh rollout costs one rollout-equivalent
-            cost = np.full(len(anchors), UNITS_PER_ROLLOUT, np.int64)
-            if parts.accounting == "token":  # token work is defined for turn prefixes only
-                remaining, full = _token_work(tree, [a for a in anchors if a.node != 0])
-                cost[replay] = token_aware_costs(remaining, full, units_per_rollout=UNITS_PER_ROLLOUT)
-            else:
-                cost[replay] = max(round(shape.replay_cost * UNITS_PER_ROLLOUT), 1)
-        rng = prompt_rngs[task.id]
-        if method.tail_prefixes is not None:
-            k = method.tail_prefixes(tail_anchors(tree, [a.node for a in anchors]), budget, rng, cost)
-        else:
-            k = method.prefixes(q, budget, rng, cost)
-        if parts.accounting == "token" and cost is not None:
-            spent_units.append(int((cost * k)[replay].sum()))  # fresh rollouts are counted as roots
-        parts.tick("allocation", time.perf_counter() - t1)
-        return k
-
-    return allocate
-
-
-def anchor_values(
-    predictor: Any, texts: Sequence[str], values: np.ndarray, tree: RolloutTree, anchors: Sequence[Anchor]
-) -> np.ndarray:
-    """Success estimates of a prompt's anchors given what its root rollouts already showed (``trace_fresh``).
-
-    Each anchor's estimate is ONE Beta posterior over everything known about it (`trace_rl.predictor.posterior_mean`):
-    the prompt (depth 0) has seen its m root rollouts, a turn prefix the one rollout through it. Without this, a
-    predictor that cannot tell a decided prefix from an undecided one (V about the prompt's rate) would promise
-    flips that the rollout's own outcome already rules out.
-
-    A predictor with a history posterior of its own (``posterior(texts, successes, trials)``, the convex
-    predictors) adds these outcomes to the ones it keeps in that same posterior; ``values`` (its ``predict``, which
-    already contains the kept history) is then not updated a second time. Any other predictor's ``values`` are
-    the prior, updated once with strength ``prior_strength(texts)`` where it has one, else 4 pseudo-trials.
-
-    Args:
-        texts, values: the anchors' serialized texts and the predictor's estimates, (A,).
-        tree: the prompt's rollouts; anchors: (A,) nodes of ``tree``.
-
-    Returns:
-        float64 (A,) in [0, 1].
-    """
-    target = tree.value_targets()
-    leaves = _leaf_counts(tree)
-    trials = np.array([leaves[a.node] for a in anchors], dtype=np.float64)
-    successes = np.array([target[a.node] for a in anchors], dtype=np.float64) * trials
-    combine = getattr(predictor, "posterior", None)
-    if callable(combine):
-        return np.asarray(combine(list(texts), successes, trials), dtype=np.float64)
-    strength_of = getattr(predictor, "prior_strength", None)
-    strength = strength_of(texts) if callable(strength_of) else np.full(len(anchors), 4.0)
-    return posterior_mean(values, successes, trials, strength)
-
-
-def _leaf_counts(tree: RolloutTree) -> np.ndarray:
-    return leaf_counts(np.asarray(tree.parent, np.int64), np.asarray(tree.depth, np.int64))
+    return replay_allocator(
+        method,
+        parts.predictor,
+        replay_cost=shape.replay_cost,
+        accounting=parts.accounting,
+        rng_of=lambda task: prompt_rngs[task.id],
+        max_chars=parts.max_chars,
+        tick=parts.tick,
+    )
 
 
 def _tool_seconds(factory: Any) -> float:
     """Cumulative env.step seconds of a `TimedEnvFactory` (0 for plain factories)."""
     return float(getattr(factory, "seconds", 0.0))
-
-
-def _history(tree: RolloutTree, node: int) -> list[Any]:
-    """The turns from the prompt down to ``node`` (the anchor's interaction history)."""
-    return [tree.turns[int(y)] for y in tree.path_to(node)[1:]]
-
-
-def _model_tokens(tree: RolloutTree, node: int) -> float:
-    turn = tree.turns[node]
-    return float(turn.loss_mask.sum()) if turn is not None else 0.0
-
-
-def _token_work(tree: RolloutTree, anchors: Sequence[Anchor]) -> tuple[np.ndarray, float]:
-    """Model tokens each anchor's rollout generated after it, and the mean model tokens of a root rollout."""
-    remaining = []
-    chain_leaf = tree.chain_leaf()
-    for a in anchors:
-        leaf = int(chain_leaf[a.node])
-        path = [int(y) for y in tree.path_to(leaf)]
-        after = path[path.index(int(a.node)) + 1 :]
-        remaining.append(sum(_model_tokens(tree, y) for y in after))
-    totals = [
-        sum(_model_tokens(tree, int(y)) for y in p[1:]) for p in tree.paths() if not tree.is_replay[p[-1]]
-    ]
-    return np.asarray(remaining, dtype=np.float64), max(float(np.mean(totals)) if totals else 1.0, 1.0)
 
 
 def training_step(
@@ -254,7 +153,6 @@ def training_step(
     used = effective_method(method, warm)
 
     # 2.-3. allocate roots, run them, then per-prompt prefix expansion as soon as that prompt's roots return
-    spent_units: list[int] = []
     draws = 1
     if used.dynamic_sampling:
         generated, results, draws = _dynamic_sampling(pool, used, shape, parts, rng, budget_left)
@@ -262,14 +160,15 @@ def training_step(
     else:
         t0 = time.perf_counter()
         plan: RootPlan = used.roots(v, shape, rng)
-        if (
-            parts.accounting == "token" or used.fresh
-        ):  # local budgets in integer cost units instead of replays
-            units = np.round(plan.replay_budget * shape.replay_cost * UNITS_PER_ROLLOUT)
-            plan = dataclasses.replace(plan, replay_budget=units)
+        # local budgets in the allocator's units: replays, or integer cost units (token accounting, fresh anchor)
+        budgets = [
+            prefix_budget(float(x), shape.replay_cost, method=used, accounting=parts.accounting)[0]
+            for x in plan.replay_budget
+        ]
+        plan = dataclasses.replace(plan, replay_budget=np.asarray(budgets, dtype=np.float64))
         parts.tick("allocation", time.perf_counter() - t0)
         prompt_rngs = _prompt_rngs(pool, rng)
-        results = _run_roots_and_prefixes(plan, pool, used, shape, parts, rng, prompt_rngs, spent_units)
+        results = _run_roots_and_prefixes(plan, pool, used, shape, parts, rng, prompt_rngs)
         generated = results
         plan_active = plan.num_active
     trees = [r.tree for r in results]
@@ -309,12 +208,12 @@ def training_step(
         "method": method.name,
         "allocation": used.name,
         "predictor_warm": float(warm),
-        "budget_spent": (
-            float(len(roots) + sum(spent_units) / UNITS_PER_ROLLOUT)
-            if parts.accounting == "token"
-            else float(sum(r.spent for r in generated))
-        ),
+        "budget_spent": float(sum(r.spent for r in generated)),
         "budget_total": shape.total,
+        # prefix budget a prompt could not spend (rollout-equivalents), and the prompts without turn prefixes
+        # whose whole prefix budget bought fresh rollouts (docs/rollout.md, "Prompts without anchors")
+        "budget_unspent": float(sum(r.unspent for r in generated)),
+        "prompts_without_anchors": sum(1 for r in generated if r.anchorless),
         # over every group generated this step (dapo: the dropped ones too); trained_*: the groups trained on
         "effective_ratio": effective_ratio([r.tree for r in generated]) if generated else 0.0,
         "trained_effective_ratio": effective_ratio(trees) if trees else 0.0,
@@ -368,7 +267,6 @@ def _run_roots_and_prefixes(
     parts: StepParts,
     rng: np.random.Generator,
     prompt_rngs: Mapping[str, np.random.Generator],
-    spent_units: list[int],
 ) -> list[PromptResult]:
     """Stage 3 of one root plan: roots, then each prompt's prefix expansion as soon as its roots return;
     generation, tool and in-step predictor/allocation seconds go to ``parts.timers``."""
@@ -383,10 +281,11 @@ def _run_roots_and_prefixes(
             parts.env_factory,
             parts.codec,
             parts.sampling,
-            prefix_callback(used, parts, shape, prompt_rngs, spent_units),
+            prefix_callback(used, parts, shape, prompt_rngs),
             max_turns=parts.max_turns,
             max_concurrency=parts.max_concurrency,
             replay_cost=shape.replay_cost,
+            unit=prefix_budget(0, shape.replay_cost, method=used, accounting=parts.accounting)[1],
             seed=int(rng.integers(2**31)),
             tree_factory=lambda ids, meta: RolloutTree.new(prompt_ids=ids, meta=meta),
             fresh_anchor=used.fresh,
@@ -441,7 +340,7 @@ def _dynamic_sampling(
         rollouts = np.zeros(len(pool), dtype=np.int64)
         rollouts[order[draws * batch : (draws + 1) * batch]] = n
         plan = RootPlan(rollouts=rollouts, replay_budget=np.zeros(len(pool)), method=used.name)
-        results = _run_roots_and_prefixes(plan, pool, used, shape, parts, rng, prompt_rngs, [])
+        results = _run_roots_and_prefixes(plan, pool, used, shape, parts, rng, prompt_rngs)
         draws += 1
         spent += sum(r.spent for r in results)
         generated.extend(results)
@@ -454,9 +353,15 @@ def fresh_rollouts_on_mixed(results: Sequence[PromptResult]) -> int:
 
     A fresh rollout adds tree-level contrast only to a prompt whose roots all share one reward; the scheduler
     offers the depth-0 anchor only then, so this count stays 0 (docs/allocation.md). It is computed from the
-    results, independently of the scheduler: the first ``len(roots) - fresh`` roots are the planned ones.
+    results, independently of the scheduler: the first ``len(roots) - fresh`` roots are the planned ones. Fresh
+    rollouts of a prompt without turn prefixes (``anchorless``: its whole budget buys fresh rollouts, docs/rollout.md)
+    are not counted: they are the only way that prompt's budget is spent.
     """
-    return sum(r.fresh for r in results if r.fresh and roots_mixed(r.roots[: len(r.roots) - r.fresh]))
+    return sum(
+        r.fresh
+        for r in results
+        if r.fresh and not getattr(r, "anchorless", False) and roots_mixed(r.roots[: len(r.roots) - r.fresh])
+    )
 
 
 def replay_flips(results: Sequence[PromptResult]) -> dict[str, float]:

@@ -6,6 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from trace_rl.allocation import units_per_rollout
+
+VERL_METHODS = ("trace", "trace_root_only", "trace_fresh")  # the methods whose roots are allocate_roots
+
 
 @dataclass(frozen=True)
 class TraceVerlConfig:
@@ -25,6 +29,10 @@ class TraceVerlConfig:
         max_turns: turns per episode. max_context: context limit in tokens. max_new_tokens: tokens per turn.
         predictor: `trace_rl.predictor.build_predictor` name ("ngram", "tiny", "minilm", or a folder).
         predictor_actor: name of the Ray actor holding the predictor (shared by trainer and workers).
+        method: the prefix rule, a `trace_rl.allocation` method whose roots are TRACE's ("trace",
+            "trace_root_only", "trace_fresh"); verl's roots always come from `allocate_roots`.
+        accounting: "paper" (a replay costs replay_cost) or "token" (priced by its expected remaining tokens).
+        replay_cost: rollout-equivalents per replay (paper: 0.5; used by token accounting and trace_fresh).
     """
 
     root_budget: int = 0
@@ -40,8 +48,24 @@ class TraceVerlConfig:
     max_new_tokens: int = 256
     predictor: str = "ngram"
     predictor_actor: str = "trace_predictor"
+    method: str = "trace"
+    accounting: str = "paper"
+    replay_cost: float = 0.5
 
     def __post_init__(self) -> None:
+        if self.method not in VERL_METHODS:
+            raise ValueError(
+                f"trace.method must be one of {list(VERL_METHODS)} (verl's roots come from allocate_roots); "
+                f"got {self.method!r}"
+            )
+        if self.accounting not in ("paper", "token"):
+            raise ValueError(f"trace.accounting must be 'paper' or 'token'; got {self.accounting!r}")
+        if not 0.0 < float(self.replay_cost) <= 1.0:
+            raise ValueError(f"trace.replay_cost must lie in (0, 1]; got {self.replay_cost}")
+        if self.accounting == "token" or self.method == "trace_fresh":
+            units_per_rollout(float(self.replay_cost))  # priced in integer units: the cost must be exact
+        if self.max_replays_per_anchor and self.method == "trace_root_only":
+            raise ValueError("trace.max_replays_per_anchor needs trace.method trace or trace_fresh")
         for name in (
             "root_budget",
             "continuations",

@@ -30,6 +30,35 @@ class PredictorActor:
             return []
         return [float(x) for x in np.asarray(self.predictor.predict(list(texts)), dtype=np.float64)]
 
+    def profile(self) -> dict[str, Any]:
+        """What the workers need to score and weight like the native trainer: ``is_warm``, ``max_chars`` (the
+        serialization budget it trains on) and ``example_weighting`` ("uniform" or "leaves")."""
+        p = self.predictor
+        return {
+            "is_warm": bool(getattr(p, "is_warm", False)),
+            "max_chars": int(getattr(p, "max_chars", 2048)),
+            "example_weighting": "leaves"
+            if getattr(p, "example_weighting", "uniform") == "leaves"
+            else "uniform",
+        }
+
+    def prior_strength(self, texts: Sequence[str]) -> list[float] | None:
+        """The predictor's fitted Beta prior strength per text (``trace_fresh``), None when it has none."""
+        fn = getattr(self.predictor, "prior_strength", None)
+        if not callable(fn):
+            return None
+        return [float(x) for x in np.asarray(fn(list(texts)), dtype=np.float64)]
+
+    def posterior(
+        self, texts: Sequence[str], successes: Sequence[float], trials: Sequence[float]
+    ) -> list[float] | None:
+        """The predictor's own history posterior given extra outcomes (convex predictors), None when it has none."""
+        fn = getattr(self.predictor, "posterior", None)
+        if not callable(fn):
+            return None
+        out = fn(list(texts), np.asarray(successes, np.float64), np.asarray(trials, np.float64))
+        return [float(x) for x in np.asarray(out, dtype=np.float64)]
+
     def update(
         self, texts: Sequence[str], targets: Sequence[float], weights: Sequence[float] | None = None
     ) -> dict:
@@ -39,6 +68,38 @@ class PredictorActor:
         self.updates += 1
         w = None if weights is None else list(weights)
         return dict(self.predictor.update(list(texts), list(targets), w))
+
+
+class RemotePredictor:
+    """The predictor actor as `trace_rl.train.prefixes.replay_allocator` sees a predictor: awaitable ``predict``
+    and ``prior_strength``, plus the actor's ``max_chars`` and ``example_weighting`` (read once at `connect`).
+    """
+
+    def __init__(self, handle: Any, profile: dict[str, Any]):
+        self.handle = handle
+        self.max_chars = int(profile["max_chars"])
+        self.example_weighting = str(profile["example_weighting"])
+
+    @classmethod
+    async def connect(cls, handle: Any) -> RemotePredictor:
+        return cls(handle, await handle.profile.remote())
+
+    async def predict(self, texts: Sequence[str]) -> np.ndarray:
+        return np.asarray(await self.handle.predict.remote(list(texts)), dtype=np.float64)
+
+    async def posterior(self, texts: Sequence[str], successes: Any, trials: Any) -> np.ndarray | None:
+        out = await self.handle.posterior.remote(
+            list(texts), [float(x) for x in successes], [float(x) for x in trials]
+        )
+        return None if out is None else np.asarray(out, dtype=np.float64)
+
+    async def prior_strength(self, texts: Sequence[str]) -> np.ndarray | None:
+        out = await self.handle.prior_strength.remote(list(texts))
+        return None if out is None else np.asarray(out, dtype=np.float64)
+
+    async def is_warm(self) -> bool:
+        """Whether the shared predictor has been updated (the cold-start rule), asked afresh each time."""
+        return bool((await self.handle.profile.remote())["is_warm"])
 
 
 def predictor_handle(config: TraceVerlConfig, *, create: bool = False) -> Any:

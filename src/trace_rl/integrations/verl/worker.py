@@ -5,15 +5,21 @@ verl 0.9.1's ``AgentLoopWorkerTQ._run_prompt`` runs ``__rollout_n__`` sessions o
 `TraceAgentLoopWorker` overrides exactly that method for ``trace_agent`` rows (validation and other agents keep
 verl's path) and, for one prompt:
 
-1. runs its m_i = ``__rollout_n__`` root sessions (sessions 0..m_i-1);
-2. builds the prompt's `RolloutTree` from them, takes its anchors (non-root, non-leaf turn prefixes of the roots),
-   scores each with the shared predictor (V_j) and sets q_j = r_j V_j + (1 - r_j)(1 - V_j);
-3. allocates the local budget of N * m_i replays with `allocate_prefixes` (exact; unit costs);
-4. launches the k_j replays of each anchor as sessions m_i, m_i + 1, ... from the anchor's save point (token
-   prefix + environment snapshot), with the same request id (the uid) as the roots: verl's sticky routing sends
-   them to the replica holding the prefix in its cache;
-5. tags the uid ``finished`` (``failure`` if any session raised, after every session settled) and keeps the
-   finished tree for the trainer's predictor update (`pop_finished`).
+runs TRACE's per-prompt stage, `trace_rl.rollout.expansion.expand_prompt` (the same function the native
+scheduler calls), with the replay allocator of `trace_rl.train.prefixes.replay_allocator` on the shared predictor:
+
+1. its m_i = ``__rollout_n__`` root sessions (sessions 0..m_i-1);
+2. the prompt's `RolloutTree`, its anchors (non-root, non-leaf turn prefixes of the roots; with
+   ``trace.method=trace_fresh`` also the prompt), V_j from the shared predictor (same texts as the native
+   trainer: `serialize_anchor` at the predictor's ``max_chars``; the cold-start rule while it is not warm),
+   q_j = r_j V_j + (1 - r_j)(1 - V_j) and the method's prefix strategy on the local budget of N * m_i replays
+   (``trace.accounting``: paper or token costs);
+3. the k_j replays of each anchor as sessions m_i, m_i + 1, ... from the anchor's save point (token prefix +
+   environment snapshot), with the same request id (the uid) as the roots: verl's sticky routing sends them to
+   the replica holding the prefix in its cache. A prompt whose roots have no turn prefix spends the budget on
+   fresh root sessions instead (docs/rollout.md);
+4. tags the uid ``finished`` (``failure`` if any session raised, after every session settled) and keeps the
+   finished tree for the trainer's predictor update (`pop_finished`, examples weighted as the predictor expects).
 
 Every session is verl's own ``_run_agent_loop`` + ``_agent_loop_postprocess`` (scoring is skipped: the trace-rl
 environment sets the reward), so rows, keys and tags are verl's; `_agent_loop_postprocess` only adds the row
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,12 +42,14 @@ import torch
 import transfer_queue as tq
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
-from trace_rl.allocation import allocate_prefixes, repeat_probability
+from trace_rl.allocation import get_method
 from trace_rl.integrations.verl.agent_loop import EPISODE_KEY, TRACE_AGENT, TracePrefix, task_from_row
 from trace_rl.integrations.verl.config import TraceVerlConfig
-from trace_rl.integrations.verl.predictor import predictor_handle
-from trace_rl.predictor import node_examples, serialize_anchor
-from trace_rl.rollout.agent import Episode, SavePoint
+from trace_rl.integrations.verl.predictor import RemotePredictor, predictor_handle
+from trace_rl.predictor import node_examples
+from trace_rl.rollout.agent import Episode
+from trace_rl.rollout.expansion import PromptResult, Session, expand_prompt
+from trace_rl.train.prefixes import effective_method, prefix_budget, replay_allocator
 from trace_rl.tree import RolloutTree
 from trace_rl.types import Task
 
@@ -57,8 +66,11 @@ class FinishedPrompt:
 
     Attributes:
         uid: verl's prompt uid. task: the trace-rl task. tree: its rollout tree (roots, then replays).
-        roots: m_i. k: int64 (J,) replays per anchor (anchor order of ``tree.anchors()`` after the roots).
-        anchor_values: float64 (J,) the predictor's V_j. replay_budget: N * m_i.
+        roots: m_i. k: int64 (J,) replays per anchor offered (the depth-0 anchor first when offered).
+        anchor_values: float64 (J,) the predictor's V_j (NaN where not scored). replay_budget: N * m_i.
+        fresh: fresh root sessions the prefix budget bought. spent: rollout-equivalents spent (roots + priced
+            replays). unspent: prefix budget left unspent (rollout-equivalents). allocation: the method that
+            allocated (the cold-start rule may replace the configured one).
     """
 
     uid: str
@@ -68,10 +80,15 @@ class FinishedPrompt:
     k: np.ndarray
     anchor_values: np.ndarray
     replay_budget: int
+    fresh: int = 0
+    spent: float = 0.0
+    unspent: float = 0.0
+    allocation: str = "trace"
 
     @property
     def replays(self) -> int:
-        return int(self.k.sum())
+        """Replays from turn prefixes (fresh root sessions not counted)."""
+        return int(self.k.sum()) - self.fresh
 
     def summary(self) -> dict[str, Any]:
         """Plain-type record (the tree as `RolloutTree.to_dict`) that crosses Ray and JSON."""
@@ -82,6 +99,10 @@ class FinishedPrompt:
             "roots": self.roots,
             "replays": self.replays,
             "replay_budget": self.replay_budget,
+            "fresh": self.fresh,
+            "spent": self.spent,
+            "unspent": self.unspent,
+            "allocation": self.allocation,
             "k": [int(x) for x in self.k],
             "anchor_values": [float(x) for x in self.anchor_values],
             "tree": self.tree.to_dict(),
@@ -162,56 +183,76 @@ class TraceAgentLoopWorker(_WorkerBase):  # type: ignore[misc, valid-type]
         if m < 1:
             raise ValueError(f"__rollout_n__ must be >= 1 for a submitted prompt, got {m}")
         task = task_from_row(prompt)
-        roots = await self._sessions(
-            uid, prompt, sampling_params, trajectory, trace, [(i, None) for i in range(m)]
+        predictor = await self._remote_predictor()
+        method = effective_method(get_method(self.trace.method), await predictor.is_warm())
+        replays = self.trace.continuations * m
+        budget, unit = prefix_budget(
+            replays, self.trace.replay_cost, method=method, accounting=self.trace.accounting
         )
-        tree = RolloutTree.new(prompt_ids=roots[0].prompt_ids, meta={"uid": uid, "task_id": task.id})
-        origin: dict[int, int] = {}  # node -> session that sampled it
-        save_of: dict[int, SavePoint] = {}
-        for s, ep in enumerate(roots):
-            nodes = tree.add_rollout(ep.turns, ep.reward)
-            origin.update({int(n): s for n in nodes})
-            save_of.update({int(n): sp for n, sp in zip(nodes[:-1], ep.save_points, strict=False)})
-        anchors = [a for a in tree.anchors() if a.node in save_of]
-        paths = [tree.path_to(a.node)[1:] for a in anchors]  # the prefix's nodes, first turn first
-        prefixes = [
-            TracePrefix(
-                np.asarray(tree.prompt_ids, dtype=np.int64),
-                tuple(t for t in (tree.turn(int(n)) for n in path) if t is not None),
-                tuple(origin[int(n)] for n in path),
-                save_of[a.node],
-            )
-            for a, path in zip(anchors, paths, strict=True)
-        ]
-        budget = self.trace.continuations * m
-        values = np.zeros(len(anchors))
-        k = np.zeros(len(anchors), dtype=np.int64)
-        if anchors and budget > 0:
-            texts = [serialize_anchor(task.prompt, p.turns) for p in prefixes]
-            if self._predictor is None:
-                self._predictor = predictor_handle(self.trace)
-            values = np.asarray(await self._predictor.predict.remote(texts), dtype=np.float64)
-            q = repeat_probability([a.reward for a in anchors], values)
-            k = allocate_prefixes(q, budget, max_per_prefix=self.trace.max_replays_per_anchor or None)
-        jobs: list[tuple[int, TracePrefix, int]] = []  # (session id, prefix, anchor node)
-        for a, prefix, kj in zip(anchors, prefixes, k.tolist(), strict=True):
-            jobs += [(m + len(jobs) + r, prefix, a.node) for r in range(int(kj))]
-        replays = await self._sessions(
-            uid, prompt, sampling_params, trajectory, trace, [(s, p) for s, p, _ in jobs]
+        allocator = replay_allocator(
+            method,
+            predictor,
+            replay_cost=self.trace.replay_cost,
+            accounting=self.trace.accounting,
+            rng_of=lambda t: np.random.default_rng(zlib.crc32(uid.encode())),
+            max_chars=predictor.max_chars,
+            max_per_prefix=self.trace.max_replays_per_anchor or None,
         )
-        for (_, _, node), ep in zip(jobs, replays, strict=True):
-            tree.add_replay(node, ep.turns, ep.reward)
-        return FinishedPrompt(uid, task, tree, m, k, values, budget)
+        prompt_ids: list[np.ndarray] = []  # the roots' prompt ids, once they returned
+
+        async def run_sessions(sessions: Sequence[Session]) -> list[Episode]:
+            specs = [
+                (
+                    s.index,
+                    None
+                    if s.start is None  # roots and fresh rollouts start from the prompt
+                    else TracePrefix(
+                        np.asarray(prompt_ids[0], dtype=np.int64), s.prefix_turns, s.prefix_sessions, s.start
+                    ),
+                )
+                for s in sessions
+            ]
+            episodes = await self._sessions(uid, prompt, sampling_params, trajectory, trace, specs)
+            if episodes and not prompt_ids:
+                prompt_ids.append(episodes[0].prompt_ids)
+            return episodes
+
+        result: PromptResult = await expand_prompt(
+            task,
+            m,
+            run_sessions,
+            allocator,
+            budget,
+            unit=unit,
+            fresh_anchor=method.fresh,
+            meta={"uid": uid, "task_id": task.id},
+        )
+        return FinishedPrompt(
+            uid, task, result.tree, m, result.k, result.values, replays, fresh=result.fresh,
+            spent=result.spent, unspent=result.unspent, allocation=method.name,
+        )  # fmt: skip
+
+    async def _remote_predictor(self) -> RemotePredictor:
+        """The shared predictor actor, looked up on first use, with its current ``is_warm``."""
+        if self._predictor is None:
+            self._predictor = await RemotePredictor.connect(predictor_handle(self.trace))
+        return self._predictor
 
     def pop_finished(self) -> list[dict[str, Any]]:
         """Summaries (`FinishedPrompt.summary`) of the prompts finished since the last call, with the predictor
         examples of each tree (``examples``: text, target, depth, weight) for the trainer's update."""
         out = []
+        profile = self._predictor
         for f in self._finished:
             rec = f.summary()
             rec["examples"] = [
                 {"text": e.text, "target": e.target, "depth": e.depth, "weight": e.weight}
-                for e in node_examples(f.tree, f.task.prompt)
+                for e in node_examples(
+                    f.tree,
+                    f.task.prompt,
+                    max_chars=profile.max_chars if profile is not None else 2048,
+                    weighting=profile.example_weighting if profile is not None else "uniform",
+                )
             ]
             out.append(rec)
         self._finished = []
