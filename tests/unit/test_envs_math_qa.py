@@ -206,3 +206,30 @@ def test_truncated_tool_output_says_how_much_was_dropped(math_tasks) -> None:  #
     r = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
     dropped = 70_001 - DEFAULT_MAX_OUTPUT
     assert r.observation.endswith(f"[output truncated: {dropped:,} bytes not shown]")
+
+
+@pytest.mark.parametrize(("size", "hidden"), [(100_000, 98_000), (10_000, 8_000), (1_500, 0)])
+def test_truncation_marker_counts_exactly_the_stderr_bytes_not_shown(math_tasks, size, hidden) -> None:  # type: ignore[no-untyped-def]
+    """The observation shows the last 2,000 characters of stderr: the marker counts the sandbox's cut and this
+    one (a 100 kB stderr used to report 34,464 bytes, a 10 kB one nothing)."""
+    env = make_env("math_python")
+    env.reset(math_tasks[0])
+    call = {"name": "python", "arguments": {"code": f"import sys; sys.stderr.write('e' * {size})"}}
+    r = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
+    shown = r.observation.split("\n")[0]
+    assert shown == "e" * min(size, 2000)
+    if hidden:
+        assert r.observation.endswith(f"[output truncated: {hidden:,} bytes not shown]")
+        assert size == len(shown.encode()) + hidden  # every byte the program wrote is shown or counted
+    else:
+        assert "truncated" not in r.observation
+
+
+def test_tool_observation_marks_timeouts_and_cuts_together() -> None:
+    from trace_rl.envs.math_python import tool_observation
+    from trace_rl.envs.sandbox import ExecResult
+
+    res = ExecResult("out", "é" * 2500, -9, timed_out=True, truncated=True, stdout_dropped=10)
+    obs = tool_observation(res, 5.0)
+    # 500 two-byte characters cut here + 10 bytes of stdout the sandbox dropped
+    assert obs.endswith("[timed out after 5 s]\n[output truncated: 1,010 bytes not shown]")

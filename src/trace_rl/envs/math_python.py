@@ -21,7 +21,7 @@ from importlib import resources
 from typing import Any
 
 from trace_rl.envs.base import AnswerEnv, EpisodeState, ToolCall
-from trace_rl.envs.sandbox import Backend, run_python
+from trace_rl.envs.sandbox import Backend, ExecResult, run_python
 from trace_rl.types import Task
 
 ENV_NAME = "math_python"
@@ -401,6 +401,31 @@ def math_gold_trajectory(task: Task) -> list[str]:
     ]
 
 
+STDERR_SHOWN_CHARS = 2000  # the python tool shows the last 2,000 characters of stderr (a traceback's end)
+
+
+def tool_observation(res: ExecResult, timeout_s: float) -> str:
+    """The python tool's observation: stdout, then the last `STDERR_SHOWN_CHARS` characters of stderr, then
+    ``[timed out after T s]`` and/or ``[output truncated: N bytes not shown]``.
+
+    N counts exactly the bytes of output the model does not see: what the sandbox did not keep of either stream
+    (``stdout_dropped + stderr_dropped``) plus the UTF-8 bytes of stderr cut from its front here ("more than N"
+    when the sandbox stopped the run for its output, whose counts are then lower bounds).
+    """
+    out = res.stdout
+    shown = res.stderr[-STDERR_SHOWN_CHARS:]
+    if shown:
+        out += ("\n" if out else "") + shown
+    hidden = len(res.stderr.encode("utf-8")) - len(shown.encode("utf-8"))
+    dropped = res.stdout_dropped + res.stderr_dropped + hidden
+    if res.timed_out:
+        out += f"\n[timed out after {timeout_s:g} s]"
+    if dropped > 0 or res.truncated:
+        more = "more than " if res.output_stopped else ""
+        out += f"\n[output truncated: {more}{dropped:,} bytes not shown]"
+    return out.strip() or "(no output)"
+
+
 class MathPythonEnv(AnswerEnv):
     """Math with a sandboxed python tool. ``reset`` returns the question text; see the module docstring."""
 
@@ -426,16 +451,7 @@ class MathPythonEnv(AnswerEnv):
         res = run_python(
             code, timeout_s=self.timeout_s, memory_mb=self.memory_mb, backend=self.sandbox_backend
         )
-        out = res.stdout
-        if res.stderr:
-            out += ("\n" if out else "") + res.stderr[-2000:]
-        if res.timed_out:
-            out += f"\n[timed out after {self.timeout_s:g} s]"
-        elif res.truncated:
-            more = "more than " if res.output_stopped else ""
-            dropped = res.stdout_dropped + res.stderr_dropped
-            out += f"\n[output truncated: {more}{dropped:,} bytes not shown]"
-        return out.strip() or "(no output)"
+        return tool_observation(res, self.timeout_s)
 
     def score(self, task: Task, answer: str) -> tuple[float, dict[str, Any]]:
         if task.metadata.get("source") == "reasoning_gym":
