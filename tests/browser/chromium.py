@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -31,7 +32,11 @@ WIDTH = 1280
 
 
 def chromium_path() -> str | None:
-    """The system chromium, or None where it is not installed."""
+    """The system chromium, or None where it is not installed. ``$TRACE_RL_CHROMIUM``, when set, is the only
+    executable looked at (a chromium elsewhere; or a missing path, to check that the tests fail without one)."""
+    override = os.environ.get("TRACE_RL_CHROMIUM")
+    if override is not None:
+        return override if Path(override).exists() else None
     found = shutil.which("chromium") or (CHROMIUM if Path(CHROMIUM).exists() else None)
     return found
 

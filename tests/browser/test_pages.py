@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.browser.chromium import WIDTH, browser, chromium_path
+from tests.runners import require
 from tests.explore_cases import python_answer, random_instances
 from tests.report_examples import write_compare, write_run
 from trace_rl.allocation import allocate_roots, mixed_probability
@@ -25,15 +26,11 @@ from trace_rl.cli.allocate import uniform_allocation
 from trace_rl.explore import BLOG_BUDGET, BLOG_PROBS, write_explorer
 from trace_rl.metrics.report import write_report
 
-pytestmark = pytest.mark.skipif(
-    chromium_path() is None,
-    reason="chromium is not installed (no /usr/bin/chromium): `make install` installs Debian's chromium with "
-    "apt-get only where apt-get is available and it runs as root",
-)
 
 
 @pytest.fixture(scope="module")
 def context() -> Iterator[Any]:
+    require("chromium", chromium_path() is not None)  # never skips: fails naming what to install
     with browser() as ctx:  # closed, with its processes, when the module's tests are done
         yield ctx
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from tests.explore_cases import python_answer, random_instances
+from tests.runners import require
 
 from trace_rl.explore import SOLVER_JS
 
@@ -30,8 +31,8 @@ process.stdout.write(JSON.stringify(out));
 """
 
 
-@pytest.mark.skipif(NODE is None, reason="node not on PATH (the Chromium test checks the same port)")
 def test_js_port_equals_python_solver_on_random_instances(tmp_path: Path) -> None:
+    require("node", NODE is not None)  # never skips: fails naming what to install
     cases = random_instances(5000, seed=17)
     cases += [  # the blog's six prompts, and budgets that cannot be spent
         {"v": [0.99, 0.9, 0.5, 0.5, 0.15, 0.02], "budget": b} for b in range(0, 65)

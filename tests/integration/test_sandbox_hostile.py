@@ -1,6 +1,7 @@
 """Hostile-code suite for the python sandbox: every attack is contained and the caller keeps working.
 
-Runs once per isolating backend available here (bwrap and/or unshare); skipped where none works.
+Runs once per isolating backend available here (bwrap and/or unshare); fails (never skips) where none works,
+naming what to install (tests/runners.py).
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.runners import require
 from trace_rl.envs.sandbox import MAX_DRAIN_BYTES, available_backends, run_python
 
 BACKENDS = available_backends()
-pytestmark = pytest.mark.skipif(not BACKENDS, reason="no isolating sandbox backend on this machine")
 
 
-@pytest.fixture(params=BACKENDS or ["none"])
+@pytest.fixture(params=BACKENDS or ["missing"])
 def backend(request: pytest.FixtureRequest) -> str:
+    require("sandbox", bool(BACKENDS))  # never skips: fails naming what to install
     return str(request.param)
 
 

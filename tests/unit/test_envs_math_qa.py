@@ -198,8 +198,9 @@ def test_grouped_numbers_in_math_answers_match() -> None:
 def test_truncated_tool_output_says_how_much_was_dropped(math_tasks) -> None:  # type: ignore[no-untyped-def]
     from trace_rl.envs.sandbox import DEFAULT_MAX_OUTPUT, available_backends
 
-    if not available_backends():
-        pytest.skip("no sandbox backend here")
+    from tests.runners import require
+
+    require("sandbox", bool(available_backends()))  # never skips: fails naming what to install
     env = make_env("math_python")
     env.reset(math_tasks[0])
     call = {"name": "python", "arguments": {"code": "print('x' * 70000)"}}  # 70,001 bytes with the newline
