@@ -18,14 +18,13 @@ from typing import Any
 import pytest
 
 from tests.browser.chromium import WIDTH, browser, chromium_path
-from tests.runners import require
 from tests.explore_cases import python_answer, random_instances
 from tests.report_examples import write_compare, write_run
+from tests.runners import require
 from trace_rl.allocation import allocate_roots, mixed_probability
 from trace_rl.cli.allocate import uniform_allocation
 from trace_rl.explore import BLOG_BUDGET, BLOG_PROBS, write_explorer
 from trace_rl.metrics.report import write_report
-
 
 
 @pytest.fixture(scope="module")

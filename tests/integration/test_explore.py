@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from tests.explore_cases import python_answer, random_instances
 from tests.runners import require
 

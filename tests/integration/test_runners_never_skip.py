@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from tests.runners import INSTALL, require
 
 ROOT = Path(__file__).resolve().parents[2]

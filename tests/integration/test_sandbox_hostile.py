@@ -13,8 +13,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from tests.runners import require
+
 from trace_rl.envs.sandbox import MAX_DRAIN_BYTES, available_backends, run_python
 
 BACKENDS = available_backends()

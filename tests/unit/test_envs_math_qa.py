@@ -196,9 +196,8 @@ def test_grouped_numbers_in_math_answers_match() -> None:
 
 
 def test_truncated_tool_output_says_how_much_was_dropped(math_tasks) -> None:  # type: ignore[no-untyped-def]
-    from trace_rl.envs.sandbox import DEFAULT_MAX_OUTPUT, available_backends
-
     from tests.runners import require
+    from trace_rl.envs.sandbox import DEFAULT_MAX_OUTPUT, available_backends
 
     require("sandbox", bool(available_backends()))  # never skips: fails naming what to install
     env = make_env("math_python")

@@ -28,7 +28,9 @@ class ParityEnv:
 
     def reset(self, task: Task) -> str:
         self._state = {"turn": 0, "lengths": []}
-        return task.prompt
+        # metadata "fill": n words appended to the first observation (a prompt that fills the context, as BFCL's
+        # tool schemas do, while verl's own view of the row stays short)
+        return task.prompt + " x" * int(task.metadata.get("fill", 0))  # type: ignore[call-overload]
 
     def step(self, assistant_text: str) -> ParityStep:
         turn = int(self._state["turn"]) + 1  # type: ignore[call-overload]

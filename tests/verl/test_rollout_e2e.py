@@ -170,10 +170,39 @@ def submit(policy, folder, servers):  # type: ignore[no-untyped-def]
     ]
     data = tq.kv_batch_get(keys=meta.keys, partition_id="train", select_fields=fields)
     return types.SimpleNamespace(
-        cfg=cfg, trace=trace, trainer=trainer, plan=plan_metrics, m=m, uids=uids, meta=meta, data=data,
+        cfg=cfg, trace=trace, trainer=trainer, folder=folder, manager=manager, plan=plan_metrics, m=m, uids=uids, meta=meta, data=data,
         finished=finished, routes=ray.get(lb.routes.remote()),
         stats=ray.get([a.stats.remote() for a in actors.values()]), seconds=seconds,
     )  # fmt: skip
+
+
+def submit_tasks(run, tasks, m, partition="train", validate=False):  # type: ignore[no-untyped-def]
+    """Submit trace-rl tasks as verl would (its RLHFDataset + collate_fn on a parquet file of them), each with
+    ``__rollout_n__ = m``, and return the replay buffer's batch of them."""
+    import uuid as uuid_mod
+
+    from verl.trainer.ppo.utils import create_rl_dataset
+    from verl.utils import tensordict_utils as tu
+    from verl.utils.dataset.rl_dataset import collate_fn
+
+    trainer = run.trainer
+    path = write_parquet(tasks, Path(run.folder).parent / f"extra_{uuid_mod.uuid4().hex[:6]}.parquet")
+    dataset = create_rl_dataset(str(path), run.cfg.data, trainer.tokenizer, None, is_train=not validate)
+    batch_dict = collate_fn([dataset[i] for i in range(len(dataset))])
+    batch_dict["uid"] = np.array([str(uuid_mod.uuid4()) for _ in tasks], dtype=object)
+    batch = tu.get_tensordict(batch_dict)
+    tu.assign_non_tensor_data(batch, "global_steps", trainer.global_steps)
+    tags = [{"is_prompt": True, "status": "pending", "global_steps": trainer.global_steps} for _ in tasks]
+    if validate:
+        tu.assign_non_tensor_data(batch, "validate", True)
+    else:
+        batch["__rollout_n__"] = torch.full((len(tasks),), m, dtype=torch.int64)
+    tq.kv_batch_put(keys=list(batch["uid"]), partition_id=partition, tags=tags)
+    trainer.agent_loop_manager.generate_sequences(batch)
+    meta, _ = trainer.replay_buffer.sample(
+        global_steps=trainer.global_steps, partition_id=partition, batch_size=len(tasks)
+    )
+    return meta
 
 
 def keys_of(run, uid):  # type: ignore[no-untyped-def]
@@ -327,3 +356,56 @@ def test_trainer_updates_the_shared_predictor_on_the_finished_trees(run):  # typ
         assert {round(e["target"], 9) for e in rec["examples"]} <= {
             round(float(x), 9) for x in tree.value_targets()
         }
+
+
+def test_predictor_examples_are_weighted_as_the_predictor_expects(run):  # type: ignore[no-untyped-def]
+    """The ngram predictor is convex (``example_weighting = "leaves"``): each node's weight is the number of leaves
+    below it, as the native trainer passes (it used to be 1 for every node)."""
+    for rec in run.finished.values():
+        tree = RolloutTree.from_dict(rec["tree"])
+        root = rec["examples"][0]
+        assert root["depth"] == 0 and root["weight"] == tree.num_leaves > 1
+
+
+def test_an_epoch_is_one_pass_over_the_data(run):  # type: ignore[no-untyped-def]
+    """A step reads trace.candidate_pool (4) prompts: verl's epoch of 4 training tasks is one step, not two."""
+    trainer = run.trainer
+    assert trainer.candidate_pool() == 4 and len(trainer.train_dataset) == 4
+    assert trainer.steps_per_epoch == 1
+    assert trainer.total_training_steps == trainer.steps_per_epoch * run.cfg.trainer.total_epochs
+
+
+def test_a_context_filling_prompt_completes_as_failed_rows(run):  # type: ignore[no-untyped-def]
+    """A prompt whose first context fills trace.max_context: every session ends as one failed turn; the rows are
+    valid (one masked token, reward 0), its budget buys fresh root sessions (no anchors), and TraceTrainer's
+    _compute_advantage runs on them."""
+    long = Task(id="long", env="parity", prompt="Count to 3.", metadata={"fill": 1500})
+    meta = submit_tasks(run, [long], m=2)
+    (rec,) = run.manager.pop_finished()
+    assert rec["roots"] == 2 and rec["fresh"] == N * 2 // 2 and rec["replays"] == 0  # N m replays at 0.5
+    assert rec["spent"] == 2 + N * 2 * 0.5 and rec["unspent"] == 0.0
+    data = tq.kv_batch_get(
+        keys=meta.keys, partition_id="train", select_fields=["rm_scores", "response_mask", "trace_turn_lens"]
+    )
+    masks = data["response_mask"].unbind() if data["response_mask"].is_nested else data["response_mask"]
+    assert len(meta.keys) == 4  # 2 roots + 2 fresh sessions, each a failed rollout
+    for i in range(len(meta.keys)):
+        assert int(torch.as_tensor(masks[i]).sum()) == 0
+        assert torch.as_tensor(data["trace_turn_lens"][i]).tolist() == [1]
+        assert float(torch.as_tensor(data["rm_scores"][i]).sum()) == 0.0
+    trainer = run.trainer
+    trainer.config.algorithm.rollout_correction.bypass_mode = True
+    metrics: dict = {}
+    batch = trainer._compute_advantage(trainer._compute_old_log_prob(meta, metrics), metrics)  # used to raise
+    got = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["advantages"])
+    adv = got["advantages"].unbind() if got["advantages"].is_nested else got["advantages"]
+    assert all(float(torch.as_tensor(a).abs().max()) == 0.0 for a in adv)  # one outcome: no signal
+    tq.kv_clear(keys=meta.keys, partition_id="train")
+
+
+def test_a_validation_pass_leaves_no_episode_in_the_workers(run):  # type: ignore[no-untyped-def]
+    tasks = [Task(id=f"v{i}", env="parity", prompt=f"Count to {i + 2}.") for i in range(2)]
+    meta = submit_tasks(run, tasks, m=0, partition="val", validate=True)
+    assert len(meta.keys) == 2 * int(run.cfg.actor_rollout_ref.rollout.val_kwargs.n)
+    assert run.manager.held_episodes() == 0  # validation sessions used to leave their episodes behind
+    tq.kv_clear(keys=meta.keys, partition_id="val")

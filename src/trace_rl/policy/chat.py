@@ -64,15 +64,19 @@ class ChatFormat:
 
     end_of_turn: str = IM_END
 
+    def system_text(self, tools: Sequence[dict[str, object]] = (), system: str | None = None) -> str:
+        """The system message's content: the system text, then (with tools) the tool instructions, one JSON
+        schema per line and the call format. ``prompt`` renders it; a chat-message view of the same prompt
+        (e.g. a verl dataset row) uses it as the system message so that length filters count the tools."""
+        sys = system if system is not None else DEFAULT_SYSTEM
+        if not tools:
+            return sys
+        schemas = "".join(json.dumps(t, ensure_ascii=False) + "\n" for t in tools)
+        return f"{sys}\n\n{TOOL_INSTRUCTIONS}{schemas}{TOOL_FORMAT}"
+
     def prompt(self, user: str, tools: Sequence[dict[str, object]] = (), system: str | None = None) -> str:
         """The first context: system (+ tools), the user's prompt, and the assistant header."""
-        sys = system if system is not None else DEFAULT_SYSTEM
-        if tools:
-            head = f"{IM_START}system\n{sys}\n\n{TOOL_INSTRUCTIONS}"
-            head += "".join(json.dumps(t, ensure_ascii=False) + "\n" for t in tools)
-            head += f"{TOOL_FORMAT}{IM_END}\n"
-        else:
-            head = f"{IM_START}system\n{sys}{IM_END}\n"
+        head = f"{IM_START}system\n{self.system_text(tools, system)}{IM_END}\n"
         return f"{head}{IM_START}user\n{user}{IM_END}\n{IM_START}assistant\n"
 
     def observation(self, observation: str) -> str:

@@ -17,4 +17,36 @@ Pieces (verl 0.9.1 seams in brackets):
 into verl with ``VERL_USE_EXTERNAL_MODULES=trace_rl.integrations.verl.register``.
 """
 
+import logging
+import re
+
 VERL_VERSION = "0.9.1"  # the verl release this adapter is written and tested against (Makefile VERL_PIN)
+
+
+def check_verl_version(version: str) -> None:
+    """Refuse a verl older than `VERL_VERSION` (0.9.0 never calls ``prepare_step``, so root allocation would
+    silently not run, and has no per-row ``__rollout_n__``); log a warning for a newer, untested one.
+
+    Raises:
+        RuntimeError: ``version`` is older than `VERL_VERSION` or not a version string.
+    """
+    found, tested = _release(version), _release(VERL_VERSION)
+    if found is None:
+        raise RuntimeError(f"cannot read verl's version {version!r}; trace_sync needs verl {VERL_VERSION}")
+    if found < tested:
+        raise RuntimeError(
+            f"trace_sync needs verl >= {VERL_VERSION} (prepare_step and per-row __rollout_n__); found {version}. "
+            f"Install it with `pip install verl=={VERL_VERSION}` (`make verl`)."
+        )
+    if found != tested:
+        logging.getLogger(__name__).warning(
+            "verl %s is newer than the tested %s: TRACE's seams may have moved", version, VERL_VERSION
+        )
+
+
+def _release(version: str) -> tuple[int, int, int] | None:
+    """(major, minor, micro) of a version string such as "0.9.1" or "0.10.0.dev"; None when unreadable."""
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version.strip())
+    if match is None:
+        return None
+    return int(match[1]), int(match[2]), int(match[3] or 0)

@@ -17,6 +17,7 @@ and prefix-cache hits of its requests.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import zlib
 from collections.abc import Sequence
@@ -184,15 +185,21 @@ def build_output(
     prefix: TracePrefix | None,
     session_id: int,
     backend: VerlServerBackend,
+    *,
+    filler_id: int = 0,
 ) -> dict[str, Any]:
     """The fields of the row's ``AgentLoopOutput`` (plain types) for an episode (and its prefix, for a replay).
 
+    A turn without tokens (the prompt or prefix filled ``max_context``: `run_episode` ends the episode with one
+    empty failed turn, reward 0) becomes one ``filler_id`` token (the end-of-turn token) with loss mask 0, so the
+    row is a valid failed rollout: it counts in its group's reward statistics and trains no token.
+
     Raises:
-        ValueError: the episode generated no turn (its prompt or prefix filled the context).
+        ValueError: the episode has no turn at all (a backend that returns none).
     """
     if not episode.turns:
-        raise ValueError("the episode generated no turn: the prompt or prefix fills max_context")
-    turns = (prefix.turns if prefix else ()) + tuple(episode.turns)
+        raise ValueError("the episode has no turn (run_episode always records at least one)")
+    turns = tuple(_nonempty(t, filler_id) for t in (prefix.turns if prefix else ()) + tuple(episode.turns))
     sessions = (prefix.sessions if prefix else ()) + (session_id,) * len(episode.turns)
     prompt_ids = prefix.prompt_ids if prefix is not None else episode.prompt_ids
     versions = [v for v in backend.versions if v is not None]
@@ -216,6 +223,18 @@ def build_output(
             EPISODE_KEY: episode,
         },
     }
+
+
+def _nonempty(turn: Turn, filler_id: int) -> Turn:
+    """``turn``, or for a turn without tokens one ``filler_id`` token with loss mask 0 and logprob 0."""
+    if turn.token_ids.size:
+        return turn
+    return dataclasses.replace(
+        turn,
+        token_ids=np.array([filler_id], np.int64),
+        loss_mask=np.zeros(1, np.int8),
+        logprobs=np.zeros(1, np.float32),
+    )
 
 
 @register(TRACE_AGENT)
@@ -265,5 +284,6 @@ class TraceAgentLoop(AgentLoopBase):  # type: ignore[misc]
             start=prefix.save_point if prefix is not None else None,
         )
         return AgentLoopOutput(
-            metrics=AgentLoopMetrics(), **build_output(episode, prefix, session_id, backend)
+            metrics=AgentLoopMetrics(),
+            **build_output(episode, prefix, session_id, backend, filler_id=self.codec.end_of_turn),
         )

@@ -8,17 +8,23 @@ from pathlib import Path
 from typing import Any
 
 from trace_rl.integrations.verl.agent_loop import TRACE_AGENT
+from trace_rl.policy.chat import CHAT
 from trace_rl.types import Task
 
 
 def task_row(task: Task, index: int) -> dict[str, Any]:
-    """One verl row: ``data_source`` (the env), ``prompt`` (chat messages, for verl's dataset and logs),
+    """One verl row: ``data_source`` (the env), ``prompt`` (chat messages: the system message the agent loop
+    renders, tool schemas included (`ChatFormat.system_text`), then the user prompt; so verl's overlong-prompt
+    filter, ``data.filter_overlong_prompts``, counts the tokens the agent loop's first context really has),
     ``agent_name`` = ``trace_agent``, ``reward_model`` (ground truth, informational: the env scores),
     ``extra_info`` with ``index`` and ``trace_task``: the Task's fields as a JSON string (parquet cannot store
     arbitrary nested metadata; `agent_loop.task_from_row` reads it)."""
     return {
         "data_source": task.env,
-        "prompt": [{"role": "user", "content": task.prompt}],
+        "prompt": [
+            {"role": "system", "content": CHAT.system_text(task.tools)},
+            {"role": "user", "content": task.prompt},
+        ],
         "agent_name": TRACE_AGENT,
         "ability": "agent",
         "reward_model": {"style": "rule", "ground_truth": task.answer or ""},

@@ -17,6 +17,13 @@ cleanup), the replay buffer and the update are verl's:
 verl checks ``trainer_mode == "sync"`` in several places (replay buffer class, checkpoint and prompt persistence),
 so the trainer runs with ``self.trainer_mode = "sync"`` once constructed: it is verl's sync mode plus the above.
 ``parameter_sync_step`` must be 1 (one update per step, on-policy replays).
+
+Epochs: a step reads ``trace.candidate_pool`` prompts, so `_init_dataloader` sets verl's ``steps_per_epoch`` to
+len(train dataset) // candidate_pool (and the step total from it, unless ``trainer.total_training_steps`` is
+set): one epoch is one pass over the data, whatever the pool. Refused settings (they cannot take effect within the
+root plan): ``trainer.v1.sampler.sync_refill_failed_groups`` (refills would run ``rollout.n`` sessions of new
+prompts outside it) and ``algorithm.filter_groups.enable`` (DAPO refills, likewise). Needs verl >= 0.9.1
+(`check_verl_version`).
 """
 
 from __future__ import annotations
@@ -29,11 +36,13 @@ import numpy.typing as npt
 import ray
 import torch
 import transfer_queue as tq
+from omegaconf import OmegaConf
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
 from trace_rl.allocation import allocate_roots
+from trace_rl.integrations.verl import check_verl_version
 from trace_rl.integrations.verl.agent_loop import task_from_row
 from trace_rl.integrations.verl.config import TraceVerlConfig
 from trace_rl.integrations.verl.estimators import TRACE_ESTIMATORS, tree_layouts
@@ -68,6 +77,22 @@ def plan_roots(
         max_rollouts=config.max_rollouts,
         max_active=config.max_active or train_batch_size,
     )
+
+
+def refuse_unsupported(config: Any) -> None:
+    """Raise ValueError for verl settings that cannot take effect with TRACE's root plan (module doc)."""
+    sampler = OmegaConf.select(config, "trainer.v1.sampler.sync_refill_failed_groups", default=False)
+    if sampler:
+        raise ValueError(
+            "trace_sync cannot refill failed prompt groups (trainer.v1.sampler.sync_refill_failed_groups): a "
+            "refill would run rollout.n sessions of prompts outside the root plan; a failed prompt is dropped "
+            "for its step instead (docs/integrations.md)"
+        )
+    if OmegaConf.select(config, "algorithm.filter_groups.enable", default=False):
+        raise ValueError(
+            "trace_sync cannot use algorithm.filter_groups (DAPO refills submit prompts outside the root plan; "
+            "TRACE's root allocation replaces that filter)"
+        )
 
 
 def prompt_text(row: dict[str, Any]) -> str:
@@ -119,13 +144,35 @@ class TraceTrainer(PPOTrainerSync):  # type: ignore[misc]
     """verl ``PPOTrainerSync`` + TRACE root allocation and predictor (module doc). Same constructor."""
 
     def __init__(self, config: Any):
+        import verl
+
+        check_verl_version(str(verl.__version__))
         self.trace = TraceVerlConfig.from_verl(config)
+        refuse_unsupported(config)
         super().__init__(config)
         if self.parameter_sync_step != 1:
             raise ValueError("trace_sync needs parameter_sync_step == 1 (one update per step)")
         self._active: int | None = None
         self._plan_metrics: dict[str, float] = {}
         self._predictor: Any = None
+
+    def candidate_pool(self) -> int:
+        """Prompts read and scored per step: ``trace.candidate_pool``, default 2 x ``data.train_batch_size``."""
+        return int(self.trace.candidate_pool or 2 * int(self.config.data.train_batch_size))
+
+    def _init_dataloader(self) -> None:
+        """verl's dataloaders, with ``steps_per_epoch`` counted in candidate pools (module doc)."""
+        super()._init_dataloader()
+        self.steps_per_epoch = max(len(self.train_dataset) // self.candidate_pool(), 1)
+        if self.config.trainer.get("total_training_steps", None) is None:
+            self.total_training_steps = self.steps_per_epoch * int(self.config.trainer.total_epochs)
+            from omegaconf import open_dict
+
+            with open_dict(self.config):
+                for section in ("actor_rollout_ref.actor.optim", "critic.optim"):
+                    optim = OmegaConf.select(self.config, section)
+                    if optim is not None:
+                        optim.total_training_steps = self.total_training_steps * self.parameter_sync_step
 
     def _build_replay_buffer(self) -> Any:
         self.trainer_mode = "sync"  # verl's sync mode everywhere it asks (module doc)
@@ -138,7 +185,7 @@ class TraceTrainer(PPOTrainerSync):  # type: ignore[misc]
     def prepare_step(self) -> dict:
         """Score a candidate pool, allocate roots, submit the active prompts; returns ``trace/*`` metrics."""
         tb = int(self.config.data.train_batch_size)
-        pool = self._next_train_batch(self.trace.candidate_pool or 2 * tb)
+        pool = self._next_train_batch(self.candidate_pool())
         n = len(pool)
         rows = [
             {k: _column(pool, k)[i] for k in ("extra_info", "raw_prompt") if k in pool.keys()}
@@ -204,4 +251,5 @@ class TraceTrainer(PPOTrainerSync):  # type: ignore[misc]
     def on_step_end(self) -> None:
         super().on_step_end()  # verl's weight sync to the rollout replicas
         metrics = self.update_predictor(self.agent_loop_manager.pop_finished())
+        metrics["trace/failed_prompts"] = float(len(self.agent_loop_manager.pop_failed()))
         self._pending_sync_metrics = {**(getattr(self, "_pending_sync_metrics", None) or {}), **metrics}

@@ -115,30 +115,50 @@ class TraceAgentLoopWorker(_WorkerBase):  # type: ignore[misc, valid-type]
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.trace = TraceVerlConfig.from_verl(self.config)
-        self._episodes: dict[tuple[str, int], Episode] = {}
+        self._episodes: dict[
+            tuple[str, int], Episode
+        ] = {}  # (uid, session) -> episode, while its prompt expands
+        self._expanding: dict[
+            str, list[str]
+        ] = {}  # uid of a prompt in its TRACE stage -> row keys written so far
         self._finished: list[FinishedPrompt] = []
+        self._failed: list[str] = []  # uids whose TRACE stage failed since the last pop_failed
         self._predictor: Any = None  # the shared predictor actor, looked up on first use
 
     async def _agent_loop_postprocess(self, output: Any, validate: Any, **kwargs: Any) -> Any:
+        """verl's row writer, plus: the row layout fields; the episode kept in the worker only while its prompt
+        is in the TRACE stage (validation rows and other agents keep none: nothing accumulates)."""
         kwargs.pop("trace_prefix", None)  # a worker-side object, not a row field
         outputs = output if isinstance(output, list) else [output]
+        uid, session = str(kwargs["uid"]), int(kwargs["session_id"])
         for out in outputs:
             episode = out.extra_fields.pop(EPISODE_KEY, None)
-            if episode is not None:
-                self._episodes[(str(kwargs["uid"]), int(kwargs["session_id"]))] = episode
+            if episode is not None and uid in self._expanding and not validate:
+                self._episodes[(uid, session)] = episode
         last = outputs[-1].extra_fields if outputs else {}
         if "trace_sessions" in last:
             kwargs["trace_sessions"] = torch.tensor(last["trace_sessions"], dtype=torch.int64)
             kwargs["trace_turn_lens"] = torch.tensor(last["trace_turn_lens"], dtype=torch.int64)
-        return await super()._agent_loop_postprocess(output, validate, **kwargs)
+        result = await super()._agent_loop_postprocess(output, validate, **kwargs)
+        if uid in self._expanding and not validate:  # verl wrote the rows {uid}_{session}_{i}
+            self._expanding[uid] += [f"{uid}_{session}_{i}" for i in range(len(outputs))]
+        return result
 
     async def _run_prompt(
         self, prompt: dict, sampling_params: dict, trajectory: dict, trace: bool = False
     ) -> None:
+        """A ``trace_agent`` training prompt runs the TRACE stage; anything else verl's own ``_run_prompt``.
+
+        A failed session fails the prompt: once every session settled, the rows its sessions already wrote are
+        removed and the uid is tagged ``failure``, so verl's sync ReplayBuffer hands the trainer an empty group
+        for it (no partial tree is trained on) and nothing outside the root plan is sampled for it
+        (`TraceTrainer` refuses ``sync_refill_failed_groups``, whose refills would run ``rollout.n`` sessions).
+        """
         if trajectory["validate"] or prompt.get("agent_name") != TRACE_AGENT:
             return await super()._run_prompt(prompt, sampling_params, trajectory, trace)
         uid = str(prompt["uid"])
         await tq.async_kv_put(key=uid, partition_id="train", tag={"status": "running"})
+        self._expanding[uid] = []
         status = "failure"
         try:
             m = int(prompt.pop("__rollout_n__", self.config.actor_rollout_ref.rollout.n))
@@ -150,7 +170,21 @@ class TraceAgentLoopWorker(_WorkerBase):  # type: ignore[misc, valid-type]
         finally:
             for key in [k for k in self._episodes if k[0] == uid]:
                 del self._episodes[key]
+            written = self._expanding.pop(uid, [])
+            if status == "failure":
+                self._failed.append(uid)
+                if written:
+                    await tq.async_kv_clear(keys=written, partition_id="train")
             await tq.async_kv_put(key=uid, partition_id="train", tag={"status": status})
+
+    def held_episodes(self) -> int:
+        """Episodes the worker holds now (0 between steps: nothing accumulates)."""
+        return len(self._episodes)
+
+    def pop_failed(self) -> list[str]:
+        """uids whose TRACE stage failed since the last call (their rows were removed)."""
+        out, self._failed = self._failed, []
+        return out
 
     async def _sessions(
         self,
@@ -271,3 +305,12 @@ class TraceAgentLoopManager(AgentLoopManagerTQ):  # type: ignore[misc]
         """`TraceAgentLoopWorker.pop_finished` over every worker."""
         parts = ray.get([w.pop_finished.remote() for w in self.agent_loop_workers])
         return [rec for part in parts for rec in part]
+
+    def pop_failed(self) -> list[str]:
+        """`TraceAgentLoopWorker.pop_failed` over every worker."""
+        parts = ray.get([w.pop_failed.remote() for w in self.agent_loop_workers])
+        return [uid for part in parts for uid in part]
+
+    def held_episodes(self) -> int:
+        """Episodes held by all workers now (`TraceAgentLoopWorker.held_episodes`)."""
+        return sum(ray.get([w.held_episodes.remote() for w in self.agent_loop_workers]))
