@@ -187,3 +187,21 @@ def test_compare_variants_parse_and_refuse_what_cannot_differ() -> None:
     ):
         with pytest.raises(ConfigError):
             parse_variant(bad)
+
+
+def test_one_interval_function_for_the_report_and_the_lab() -> None:
+    """`summary.t_interval` and the lab's `mean_ci` are one implementation: equal on any sample, and the report's
+    view only adds skipping of missing values (issue 25)."""
+    import numpy as np
+
+    from trace_rl.lab import stats
+    from trace_rl.metrics import intervals
+
+    assert stats.mean_ci is intervals.mean_ci and stats.Interval is intervals.Interval
+    assert not hasattr(summary, "_T975")  # no second table of t quantiles
+    rng = np.random.default_rng(3)
+    for n in (2, 3, 7, 31, 40):
+        x = rng.normal(size=n).tolist()
+        ci = intervals.mean_ci(x)
+        mu, half = summary.t_interval([*x, float("nan"), None])  # type: ignore[list-item]
+        assert mu == pytest.approx(ci.mean) and half == pytest.approx(ci.high - ci.mean)

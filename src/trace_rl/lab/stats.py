@@ -1,71 +1,7 @@
-"""Confidence intervals for the lab's claims (numpy only)."""
+"""Confidence intervals for the lab's claims: `trace_rl.metrics.intervals` (the project's one implementation)."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from trace_rl.metrics.intervals import Interval, mean_ci, t_quantile_975
 
-import numpy as np
-import numpy.typing as npt
-
-# Two-sided 95% Student-t quantiles t_{0.975, df} for df = 1..30 (standard tables); 1.96 beyond.
-_T975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
-
-
-def t_quantile_975(df: int) -> float:
-    """The 0.975 quantile of Student's t with `df` degrees of freedom (normal 1.96 for df > 30).
-
-    Raises:
-        ValueError: df < 1.
-    """
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be >= 1; got {df}")
-    return _T975[df - 1] if df <= len(_T975) else 1.96
-
-
-@dataclass(frozen=True)
-class Interval:
-    """A mean with its 95% confidence interval [low, high] over n independent values."""
-
-    mean: float
-    low: float
-    high: float
-    n: int
-
-    @property
-    def above_zero(self) -> bool:
-        return self.low > 0.0
-
-    def contains(self, x: float) -> bool:
-        return self.low <= x <= self.high
-
-    def as_dict(self) -> dict[str, float]:
-        return {"mean": self.mean, "ci_low": self.low, "ci_high": self.high, "n": float(self.n)}
-
-    def __str__(self) -> str:
-        return f"{self.mean:.3f} [{self.low:.3f}, {self.high:.3f}]"
-
-
-def mean_ci(values: npt.ArrayLike, *, normal: bool = False) -> Interval:
-    """Mean and 95% CI: mean +- t_{0.975, n-1} * s / sqrt(n) (s: sample std, ddof 1); `normal` uses 1.96.
-
-    With n = 1 (or zero spread) the interval collapses to the mean.
-
-    Raises:
-        ValueError: no values, or a NaN among them.
-    """
-    x = np.asarray(values, dtype=np.float64).reshape(-1)
-    if x.size == 0:
-        raise ValueError("mean_ci needs at least one value")
-    if np.isnan(x).any():
-        raise ValueError("mean_ci got NaN values")
-    m = float(x.mean())
-    if x.size == 1:
-        return Interval(m, m, m, 1)
-    q = 1.96 if normal else t_quantile_975(x.size - 1)
-    half = q * float(x.std(ddof=1)) / math.sqrt(x.size)
-    return Interval(m, m - half, m + half, int(x.size))
+__all__ = ["Interval", "mean_ci", "t_quantile_975"]

@@ -16,15 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from trace_rl.metrics.intervals import mean_ci
+
 TIME_PARTS = ("generation", "tools", "predictor", "allocation", "update")
 TIME_KEYS = tuple(f"time_{p}_s" for p in TIME_PARTS)
-
-# Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (beyond: the normal 1.96).
-_T975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
 
 Record = Mapping[str, Any]
 
@@ -114,20 +109,15 @@ def mean(values: Sequence[float]) -> float:
 
 
 def t_interval(values: Sequence[float]) -> tuple[float, float]:
-    """(mean, half-width) of the two-sided 95 % Student-t interval of the mean over seeds.
-
-    half = t_{0.975, n-1} * s / sqrt(n), s the sample standard deviation (ddof 1); NaN for fewer than 2 values.
+    """(mean, half-width) of the two-sided 95 % Student-t interval of the mean over seeds, missing (non-finite)
+    values skipped: `trace_rl.metrics.intervals.mean_ci` (half = t_{0.975, n-1} * s / sqrt(n), s the sample
+    standard deviation, ddof 1). NaN mean for no value, NaN half-width for fewer than 2 values.
     """
     vals = [float(v) for v in values if _is_number(v)]
-    n = len(vals)
-    if n == 0:
+    if not vals:
         return math.nan, math.nan
-    mu = sum(vals) / n
-    if n < 2:
-        return mu, math.nan
-    s = math.sqrt(sum((v - mu) ** 2 for v in vals) / (n - 1))
-    t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
-    return mu, t * s / math.sqrt(n)
+    ci = mean_ci(vals)
+    return ci.mean, (ci.half_width if ci.n >= 2 else math.nan)
 
 
 def train_records(records: Sequence[Record]) -> list[Record]:
