@@ -145,8 +145,8 @@ class OptimSection:
     Attributes:
         lr: AdamW learning rate of the policy (betas 0.9, 0.95).
         clip: PPO ratio clip epsilon in (0, 1): the surrogate clips exp(logp - old_logp) to [1 - clip, 1 + clip].
-        kl_coef: weight of the k3 KL penalty toward a reference policy (`trace_rl.advantages.losses.kl_k3`);
-            0 = none.
+        kl_coef: weight of the k3 KL penalty toward a reference policy (`trace_rl.advantages.losses.kl_k3`):
+            a frozen copy of the policy RL starts from (after the warm start); logged as update_ref_kl; 0 = none.
         epochs: passes over each step's paths.
         max_grad_norm: gradient-norm clip of every optimizer step.
         estimator: "auto" (treerpo for math/QA, tree_grpo for function calling, grpo for flat methods),

@@ -159,10 +159,17 @@ class Trainer:
         if ckpt is None and cfg.predictor.warm_start and (policy_dir / PROBE_FILE).exists():
             self._warm_predictor(policy_dir / PROBE_FILE)
         self.settings = update_settings(cfg)
+        self.ref_model = self._reference_model(ckpt) if cfg.optim.kl_coef > 0 else None
 
         def update(trees: list[Any]) -> dict[str, float]:
             stats = policy_update(
-                self.policy.model, self.optimizer, trees, self.settings, pad_id=self.pad_id, rng=self.rng
+                self.policy.model,
+                self.optimizer,
+                trees,
+                self.settings,
+                pad_id=self.pad_id,
+                rng=self.rng,
+                ref_model=self.ref_model,
             )
             self.serving.sync(self.policy)  # the backend generates from the new weights from now on
             return stats
@@ -184,6 +191,25 @@ class Trainer:
         if ckpt is not None:
             self._load_checkpoint(ckpt)
         (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+
+    def _reference_model(self, ckpt: Path | None) -> Any:
+        """The frozen reference policy of ``optim.kl_coef``'s k3 penalty: the policy RL starts from (after the warm
+        start), as in GRPO (arXiv 2402.03300, Eq. 3) and verl's ``use_kl_loss``. A resumed run reloads that start
+        point (out/sft/policy, else ``policy.name``), not the checkpoint's weights."""
+        import copy
+
+        from trace_rl.policy import load_policy
+
+        if ckpt is None:
+            ref = copy.deepcopy(self.policy.model)
+        else:
+            start = self.out / "sft" / "policy"
+            name = str(start) if start.exists() else self.cfg.policy.name
+            ref = load_policy(name, seed=self.cfg.seed).model.to(self.device)
+        ref.eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        return ref
 
     def prepare_policy_only(self) -> Path:
         """Load the training tasks and the policy and run the warm start into out/sft/policy (for compare)."""

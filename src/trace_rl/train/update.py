@@ -261,8 +261,8 @@ def policy_update(
     (Adam's moments keep moving, as in verl), so every method takes the same number of steps.
 
     Returns:
-        mean "loss", "pg_loss", "clip_fraction", "approx_kl", "grad_norm" over minibatches that had paths to
-        forward, plus "paths" (root-to-leaf paths of the trees), "rows" (paths with a non-zero advantage),
+        mean "loss", "pg_loss", "clip_fraction", "approx_kl", "grad_norm" (and "ref_kl", the k3 KL to
+        ``ref_model``, when ``settings.kl_coef`` > 0) over minibatches that had paths to forward, plus "paths" (root-to-leaf paths of the trees), "rows" (paths with a non-zero advantage),
         "tokens" (model tokens of those rows), "loss_tokens" (model tokens in the loss denominators, all epochs
         counted once), "optimizer_steps", and "adv_sq" (sum over paths of the squared token advantages on model
         tokens, the gradient-signal numerator of `trace_rl.metrics.signal_per_token`).
@@ -314,7 +314,7 @@ def policy_update(
                 for key, value in {**step_stats, "grad_norm": float(grad)}.items():
                     stats.setdefault(key, []).append(value)
     model.eval()
-    out = {k: float(np.mean(v)) for k, v in stats.items()}
+    out = {("ref_kl" if k == "kl" else k): float(np.mean(v)) for k, v in stats.items()}
     kept = [r for r, s in zip(paths, signal, strict=True) if s]
     out["paths"] = float(len(paths))
     out["rows"] = float(len(kept))
