@@ -33,6 +33,7 @@ def test_kl_coef_changes_the_update_and_is_logged(tmp_path) -> None:  # type: ig
         if kl > 0:
             assert stats["ref_kl"] > 0
             ref = dict(t.ref_model.named_parameters())  # the reference stayed where RL started
-            assert all(torch.equal(ref[n], b) for (n, _), b in zip(t.policy.model.named_parameters(), before))
+            named = [n for n, _ in t.policy.model.named_parameters()]
+            assert all(torch.equal(ref[n], b) for n, b in zip(named, before, strict=True))
     assert moves[0.0].abs().sum() > 0
     assert (moves[1.0] - moves[0.0]).abs().max() > 1e-6
