@@ -31,6 +31,7 @@ def check_verl_version(version: str) -> None:
         RuntimeError: ``version`` is older than `VERL_VERSION` or not a version string.
     """
     found, tested = _release(version), _release(VERL_VERSION)
+    assert tested is not None  # VERL_VERSION is a release number
     if found is None:
         raise RuntimeError(f"cannot read verl's version {version!r}; trace_sync needs verl {VERL_VERSION}")
     if found < tested:
