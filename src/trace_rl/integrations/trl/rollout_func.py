@@ -256,7 +256,9 @@ class TraceRolloutFunc:
             result = queue.pop(0) if queue else None
             rows: list[PathRow] = []
             if result is not None and result.tree.num_leaves > 0:
-                roots[i] = len(result.roots)
+                roots[i] = len(result.roots) - int(
+                    result.fresh
+                )  # m_i (fresh rollouts bought by the budget excluded)
                 tree = result.tree
                 adv = tree_advantages(tree, self.settings.estimator)
                 rows = tree_rows(tree, adv)
