@@ -72,3 +72,13 @@ def test_sft_limit_keeps_the_first_tasks_after_filtering() -> None:
     splits = disjoint_tasks(held, train, sft, sft_limit=2, min_sft=2)
     assert [t.id for t in splits.sft] == ["sft-1", "sft-3"]
     assert splits.sft_dropped == 2  # removed by the filter, not by the limit
+
+
+def test_compare_variants_cannot_change_the_task_data() -> None:
+    from trace_rl.train.compare import parse_variant
+    from trace_rl.train.config import ConfigError
+
+    for key in ("env.data_seed=1", "env.train_limit=50", "env.eval_tasks=8", "env.task_kwargs.generators={}"):
+        with pytest.raises(ConfigError, match="cannot differ"):
+            parse_variant(f"x=trace@{key}")
+    assert parse_variant("x=trace@env.max_turns=5") == ("x", "trace", ("env.max_turns=5",))

@@ -100,6 +100,10 @@ def warm_start_once(cfg: TrainConfig, out: Path, log: Callable[[str], None] = pr
     return new
 
 
+DATA_KEYS = ("env.name", "env.data_seed", "env.train_limit", "env.eval_tasks", "env.task_kwargs")
+"""Config keys that choose the task data (trace_rl.train.hygiene.run_tasks); one comparison has one of each."""
+
+
 def parse_variant(entry: str) -> tuple[str, str, tuple[str, ...]]:
     """One entry of ``--methods``: ``METHOD`` or ``LABEL=METHOD@KEY=VALUE;KEY=VALUE`` (a method under its own
     label with config overrides, e.g. ``trace_32x6=trace@budget.roots=32;budget.continuations=6`` for the paper's
@@ -108,7 +112,8 @@ def parse_variant(entry: str) -> tuple[str, str, tuple[str, ...]]:
 
     Raises:
         ConfigError: an empty label or method, or an override of ``policy.*`` (all runs of a comparison start
-            from one warm start) or ``method``/``seed``.
+            from one warm start), of the task data (`DATA_KEYS`: all runs share the held-out tasks and the RL
+            pool the warm start was kept apart from) or ``method``/``seed``.
     """
     label, method = entry.strip(), entry.strip()
     overrides: tuple[str, ...] = ()
@@ -121,7 +126,7 @@ def parse_variant(entry: str) -> tuple[str, str, tuple[str, ...]]:
         raise ConfigError(f"--methods entry {entry!r}: expected METHOD or LABEL=METHOD@KEY=VALUE;KEY=VALUE")
     for item in overrides:
         key = item.split("=", 1)[0].strip()
-        if key.startswith("policy.") or key in ("method", "seed"):
+        if key.startswith(("policy.", *DATA_KEYS)) or key in ("method", "seed"):
             raise ConfigError(
                 f"--methods entry {entry!r}: {key} cannot differ between the runs of one comparison"
             )

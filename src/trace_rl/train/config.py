@@ -35,6 +35,11 @@ class EnvSection:
             ``eval_samples`` seeded samples per task, the same seeds at every evaluation).
         eval_samples: samples per held-out task (1 when greedy).
         task_kwargs: extra keyword arguments for the environment's task loader.
+        data_seed: seed of the task data: the held-out tasks (test split), the RL pool (train split) and the
+            warm start's stream (train split at ``data_seed + trace_rl.train.hygiene.SFT_SEED_OFFSET``). It does
+            not change with the run's ``seed``, which only orders the RL pool and drives sampling, so the runs
+            of one ``trace-rl compare`` evaluate on the same held-out tasks and share the RL pool. The three lists
+            share no prompt text (`trace_rl.train.hygiene.run_tasks`).
     """
 
     name: str = "math_python"
@@ -45,6 +50,7 @@ class EnvSection:
     eval_temperature: float = 0.0
     eval_samples: int = 1
     task_kwargs: dict[str, Any] = field(default_factory=dict)
+    data_seed: int = 0
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ def validate(cfg: TrainConfig) -> None:
     need(env_error is None, "env.name", str(env_error))
     need(cfg.env.max_turns >= 1, "env.max_turns", "must be at least 1")
     need(cfg.env.eval_tasks >= 0, "env.eval_tasks", "must be >= 0")
+    need(0 <= cfg.env.data_seed < 2**31, "env.data_seed", "must lie in [0, 2**31)")
     need(
         math.isfinite(cfg.env.eval_temperature) and cfg.env.eval_temperature >= 0,
         "env.eval_temperature",

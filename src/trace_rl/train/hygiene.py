@@ -21,8 +21,12 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from trace_rl.types import Task
+
+if TYPE_CHECKING:
+    from trace_rl.train.config import TrainConfig
 
 SFT_SEED_OFFSET = 2_000_006
 """Added to ``env.data_seed`` for the warm start's stream. Twice the math test split's offset (1_000_003), so the
@@ -115,3 +119,42 @@ def disjoint_tasks(
 def shared_prompts(a: Sequence[Task], b: Sequence[Task]) -> int:
     """Distinct normalised prompt texts of ``a`` that also occur in ``b`` (the overlap measure of docs)."""
     return len({normalize_prompt(t.prompt) for t in a} & {normalize_prompt(t.prompt) for t in b})
+
+
+def run_tasks(cfg: TrainConfig) -> TaskSplits:
+    """Load and filter the task lists of a run with config ``cfg`` (see the module docstring).
+
+    The held-out tasks are loaded whenever ``env.eval_tasks`` > 0 (also with ``eval_every`` 0, so the RL pool
+    and the warm start stay clean for a later evaluation); the warm-start stream only when ``policy.sft_steps``
+    > 0.
+
+    Raises:
+        ValueError: the environment's loader rejects the config, or filtering leaves fewer RL-pool tasks than
+            ``env.pool_size`` or fewer warm-start tasks than ``max(policy.sft_batch, policy.sft_probe_prompts)``
+            (the message names the keys that change it).
+    """
+    from trace_rl.envs import load_tasks
+
+    env, pol = cfg.env, cfg.policy
+    held_out = (
+        load_tasks(env.name, "test", env.eval_tasks, env.data_seed, **env.task_kwargs)
+        if env.eval_tasks
+        else []
+    )
+    train = load_tasks(env.name, "train", env.train_limit, env.data_seed, **env.task_kwargs)
+    sft: list[Task] = []
+    if pol.sft_steps > 0:  # enough candidates that env.train_limit remain after filtering (finite sets: all)
+        kwargs = env.task_kwargs if pol.sft_task_kwargs is None else pol.sft_task_kwargs
+        limit = None if env.train_limit is None else env.train_limit + len(held_out) + len(train)
+        sft = load_tasks(env.name, "train", limit, env.data_seed + SFT_SEED_OFFSET, **kwargs)
+    min_sft = max(pol.sft_batch, pol.sft_probe_prompts) if pol.sft_steps > 0 else 0
+    try:
+        return disjoint_tasks(
+            held_out, train, sft, min_rl=env.pool_size, min_sft=min_sft, sft_limit=env.train_limit
+        )
+    except ValueError as exc:
+        raise ValueError(
+            f"{exc} (env.pool_size={env.pool_size}, policy.sft_batch={pol.sft_batch}, "
+            f"policy.sft_probe_prompts={pol.sft_probe_prompts}); for a finite data set lower env.train_limit to "
+            "leave training tasks for the warm start, or change env.eval_tasks / env.train_limit"
+        ) from None
