@@ -128,11 +128,13 @@ def save_checkpoint(
     online: Any,
     cursor: Any,
     rng: Any,
+    update_rng: Any = None,
     budget_spent: float = 0.0,
     finished: bool = False,
 ) -> Path:
     """Atomically write checkpoints/step_<step>/ (write to a temporary folder, then rename); keeps the newest
-    ``KEEP_CHECKPOINTS``. ``cursor`` is the run's `DataCursor`, ``rng`` its numpy Generator, ``budget_spent`` the
+    ``KEEP_CHECKPOINTS``. ``cursor`` is the run's `DataCursor`, ``rng`` its numpy Generator of prompt sampling and
+    allocation, ``update_rng`` that of the policy update's minibatch order, ``budget_spent`` the
     rollout-equivalents of the steps done, ``finished`` marks the run's last step (`finished_run`)."""
     import torch
 
@@ -154,6 +156,7 @@ def save_checkpoint(
         "step": step,
         "cursor": {"epoch": cursor.epoch, "index": cursor.index},
         "numpy_rng": rng.bit_generator.state,
+        **({"update_rng": update_rng.bit_generator.state} if update_rng is not None else {}),
         "config": cfg.to_dict(),
         "budget_spent": budget_spent,
         "finished": finished,
@@ -176,6 +179,7 @@ def load_checkpoint(
     online: Any,
     cursor: Any,
     rng: Any,
+    update_rng: Any = None,
 ) -> dict[str, Any]:
     """Restore a `save_checkpoint` folder into the run's parts (the policy is loaded from ckpt/policy by the
     caller) and drop the records of later steps from out/metrics.jsonl (they are redone). Returns the
@@ -191,6 +195,8 @@ def load_checkpoint(
     torch.set_rng_state(rng_state["torch"])
     random.setstate(rng_state["python"])
     rng.bit_generator.state = state["numpy_rng"]
+    if update_rng is not None and "update_rng" in state:  # checkpoints from before issue 22 kept one stream
+        update_rng.bit_generator.state = state["update_rng"]
     cursor.epoch, cursor.index = state["cursor"]["epoch"], state["cursor"]["index"]
     # every step after the checkpoint is redone, so its log lines go
     path = out / "metrics.jsonl"

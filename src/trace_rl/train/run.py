@@ -48,6 +48,11 @@ from trace_rl.train.warm_start import (
     warm_start_predictor,
 )
 
+UPDATE_STREAM = 1
+"""The policy update's minibatch order draws from ``default_rng([seed, UPDATE_STREAM])``, apart from the stream
+(``default_rng(seed)``) that samples prompts and allocates, so the number of rows a step trains on never changes
+which prompts later steps see."""
+
 
 class Trainer:
     """Owns the policy, engine, predictor and data for one run; `run()` executes the remaining steps."""
@@ -67,7 +72,7 @@ class Trainer:
         import torch
 
         from trace_rl.allocation import get_method
-        from trace_rl.envs import load_tasks, make_env
+        from trace_rl.envs import make_env
         from trace_rl.policy import load_policy
         from trace_rl.predictor import build_predictor
         from trace_rl.predictor.convex import CONVEX_NAMES
@@ -86,18 +91,10 @@ class Trainer:
         torch.set_num_threads(cfg.threads or max(1, min(os.cpu_count() or 1, 4)))
         self.method = get_method(cfg.method)
         self.shape = budget_shape(cfg)
-        self.rng = np.random.default_rng(cfg.seed)
+        self.rng = np.random.default_rng(cfg.seed)  # prompt sampling and allocation
+        self.update_rng = np.random.default_rng([cfg.seed, UPDATE_STREAM])  # minibatch order
         env_kwargs = {"max_turns": cfg.env.max_turns}
-        self.tasks = load_tasks(cfg.env.name, "train", cfg.env.train_limit, cfg.seed, **cfg.env.task_kwargs)
-        if len(self.tasks) < cfg.env.pool_size:
-            raise ValueError(
-                f"env.pool_size={cfg.env.pool_size} but only {len(self.tasks)} training tasks loaded"
-            )
-        self.eval_tasks = (
-            load_tasks(cfg.env.name, "test", cfg.env.eval_tasks, cfg.seed, **cfg.env.task_kwargs)
-            if cfg.env.eval_tasks and cfg.eval_every
-            else []
-        )
+        self._load_tasks()
         self.cursor = DataCursor(len(self.tasks), cfg.seed)
         self.env_factory = TimedEnvFactory(lambda: make_env(cfg.env.name, **env_kwargs))
 
@@ -168,7 +165,7 @@ class Trainer:
                 trees,
                 self.settings,
                 pad_id=self.pad_id,
-                rng=self.rng,
+                rng=self.update_rng,
                 ref_model=self.ref_model,
             )
             self.serving.sync(self.policy)  # the backend generates from the new weights from now on
@@ -213,21 +210,36 @@ class Trainer:
 
     def prepare_policy_only(self) -> Path:
         """Load the training tasks and the policy and run the warm start into out/sft/policy (for compare)."""
-        from trace_rl.envs import load_tasks
         from trace_rl.policy import load_policy
 
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
-        self.tasks = load_tasks(cfg.env.name, "train", cfg.env.train_limit, cfg.seed, **cfg.env.task_kwargs)
+        self._load_tasks()
         self.policy = load_policy(cfg.policy.name, seed=cfg.seed)
         self.policy.model.to(policy_device(cfg))
         self._warm_start()
         return self.out / "sft" / "policy"
 
     # ----------------------------------------------------------------------- warm start, checkpoints, eval
+    def _load_tasks(self) -> None:
+        """The run's held-out tasks, RL pool and warm-start tasks (`trace_rl.train.hygiene.run_tasks`): pairwise
+        disjoint in prompt text, and the same for every run ``seed``."""
+        from trace_rl.train.hygiene import run_tasks
+
+        cfg = self.cfg
+        splits = run_tasks(cfg)
+        self.tasks = list(splits.rl_pool)
+        self.sft_tasks = list(splits.sft)
+        self.eval_tasks = list(splits.held_out) if cfg.eval_every else []
+        if splits.rl_dropped or splits.sft_dropped:
+            self.log(
+                f"data: {splits.rl_dropped} training tasks left out of the RL pool (held-out prompts), "
+                f"{splits.sft_dropped} warm-start tasks left out (held-out or RL-pool prompts)"
+            )
+
     def _warm_start(self) -> None:
         """The supervised warm start (`trace_rl.train.warm_start.warm_start_policy`) of this run's policy."""
-        warm_start_policy(self.cfg, self.policy, self.tasks, self.out, self.log)
+        warm_start_policy(self.cfg, self.policy, self.sft_tasks, self.tasks, self.out, self.log)
 
     def _warm_predictor(self, path: Path) -> None:
         """Train the predictor on the warm start's probe outcomes (`warm_start_predictor`)."""
@@ -245,6 +257,7 @@ class Trainer:
             online=self.online,
             cursor=self.cursor,
             rng=self.rng,
+            update_rng=self.update_rng,
             budget_spent=self.budget_spent,
             finished=finished,
         )
@@ -258,6 +271,7 @@ class Trainer:
             online=self.online,
             cursor=self.cursor,
             rng=self.rng,
+            update_rng=self.update_rng,
         )
         self.start_step = int(state["step"]) + 1
         self.budget_spent = float(state.get("budget_spent", 0.0))

@@ -30,18 +30,25 @@ class WarmStartError(ValueError):
 
 
 def warm_start_policy(
-    cfg: TrainConfig, policy: Any, train_tasks: list[Any], out: Path, log: Callable[[str], None] = print
+    cfg: TrainConfig,
+    policy: Any,
+    sft_tasks: Sequence[Any],
+    rl_pool: Sequence[Any],
+    out: Path,
+    log: Callable[[str], None] = print,
 ) -> None:
-    """Supervised warm start on gold trajectories; verifies the copy-learning jump happened.
+    """Supervised warm start on the gold trajectories of ``sft_tasks``; verifies the copy-learning jump happened.
 
-    Probes sample 8 episodes (temperature 1) on each of the first ``policy.sft_probe_prompts`` training
-    prompts. With ``policy.sft_stop_success`` > 0 it stops at the first probe meeting the stop rule (success
-    and mixed share) and raises `WarmStartError` when the step cap comes first. The last probe's outcomes are
-    saved with the policy (probe_outcomes.json) to warm-start the predictor.
+    ``sft_tasks`` and ``rl_pool`` come from `trace_rl.train.hygiene.run_tasks`: no warm-start prompt is an
+    RL-pool or held-out prompt. Probes sample 8 episodes (temperature 1) on each of the first
+    ``policy.sft_probe_prompts`` warm-start prompts. With ``policy.sft_stop_success`` > 0 it stops at the first
+    probe meeting the stop rule (success and mixed share) and raises `WarmStartError` when the step cap comes
+    first. Then one probe on the first ``policy.sft_probe_prompts`` RL-pool prompts, prompts the warm start
+    never saw, is saved with the policy (probe_outcomes.json) to warm-start the predictor.
     """
     import asyncio
 
-    from trace_rl.envs import gold_trajectory, load_tasks, make_env
+    from trace_rl.envs import gold_trajectory, make_env
     from trace_rl.policy.sft import SFTConfig, build_sft_examples, train_sft
     from trace_rl.rollout.agent import ChatCodec
     from trace_rl.rollout.backends import SamplingParams
@@ -50,11 +57,7 @@ def warm_start_policy(
 
     pol = cfg.policy
     sft_dir = out / "sft"
-    tasks = (
-        train_tasks
-        if pol.sft_task_kwargs is None
-        else load_tasks(cfg.env.name, "train", cfg.env.train_limit, cfg.seed, **pol.sft_task_kwargs)
-    )
+    tasks = list(sft_tasks)
     gold = [gold_trajectory(t, cfg.env.name) for t in tasks]
     examples = build_sft_examples(
         tasks,
@@ -144,8 +147,8 @@ def warm_start_policy(
             "raise policy.sft_steps or set policy.require_jump=false"
         )
     policy.save(sft_dir / "policy")
-    if pol.sft_task_kwargs is not None:  # the predictor needs outcomes on the RL pool, not the SFT mix
-        probe = train_tasks[: min(pol.sft_probe_prompts, len(train_tasks))]
+    if rl_pool:  # the predictor needs outcomes on the RL pool, which the warm start never trained on
+        probe = list(rl_pool[: min(pol.sft_probe_prompts, len(rl_pool))])
         last["rewards"] = sample(probe)
         pool = spread_metrics(last["rewards"])
         log(
