@@ -3,6 +3,8 @@ stream, so how much randomness the policy update consumes never changes what lat
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -70,3 +72,17 @@ def test_update_randomness_does_not_change_later_pools_or_allocations(
     many = _run(tmp_path, monkeypatch, draws=1000)
     assert len(few) == len(many) == 2
     assert few == many  # same pools, same sampling/allocation stream state at every step, same allocations
+
+
+def test_too_few_warm_start_tasks_after_filtering_is_one_error_line(tmp_path: Path) -> None:
+    # smoke's 64 training tasks: a warm start that needs 100 probe prompts cannot have them
+    res = subprocess.run(
+        [sys.executable, "-m", "trace_rl.cli.main", "train", "--preset", "smoke", "--out", str(tmp_path / "x")]
+        + ["--set", "policy.sft_steps=5", "--set", "policy.sft_probe_prompts=100"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert "the warm start keeps 64 of" in res.stderr and "policy.sft_probe_prompts=100" in res.stderr
