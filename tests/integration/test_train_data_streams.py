@@ -44,9 +44,11 @@ def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, draws: int) -> list[di
 
     seen: list[dict[str, Any]] = []
 
-    def spy_step(step: int, pool: Any, method: Any, shape: Any, parts: Any, rng: np.random.Generator) -> Any:
+    def spy_step(
+        step: int, pool: Any, method: Any, shape: Any, parts: Any, rng: np.random.Generator, **kwargs: Any
+    ) -> Any:
         state = rng.bit_generator.state["state"]["state"]
-        record, results = REAL_STEP(step, pool, method, shape, parts, rng)
+        record, results = REAL_STEP(step, pool, method, shape, parts, rng, **kwargs)
         seen.append(
             {
                 "pool": [t.id for t in pool],
