@@ -78,9 +78,18 @@ def test_update_randomness_does_not_change_later_pools_or_allocations(
 
 def test_too_few_warm_start_tasks_after_filtering_is_one_error_line(tmp_path: Path) -> None:
     # smoke's 64 training tasks: a warm start that needs 100 probe prompts cannot have them
+    cli = [
+        sys.executable,
+        "-m",
+        "trace_rl.cli.main",
+        "train",
+        "--preset",
+        "smoke",
+        "--out",
+        str(tmp_path / "x"),
+    ]
     res = subprocess.run(
-        [sys.executable, "-m", "trace_rl.cli.main", "train", "--preset", "smoke", "--out", str(tmp_path / "x")]
-        + ["--set", "policy.sft_steps=5", "--set", "policy.sft_probe_prompts=100"],
+        [*cli, "--set", "policy.sft_steps=5", "--set", "policy.sft_probe_prompts=100"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -88,3 +97,27 @@ def test_too_few_warm_start_tasks_after_filtering_is_one_error_line(tmp_path: Pa
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     assert "the warm start keeps 64 of" in res.stderr and "policy.sft_probe_prompts=100" in res.stderr
+
+
+def test_warm_start_trains_on_its_own_tasks_and_probes_the_rl_pool(tmp_path: Path) -> None:
+    import json
+
+    from trace_rl.train.hygiene import normalize_prompt
+
+    cfg = load_config(
+        preset="smoke",
+        overrides=[
+            *("policy.sft_steps=2", "policy.sft_evals=1", "policy.sft_probe_prompts=4", "policy.sft_batch=4"),
+            *("policy.require_jump=false", "threads=1", "env.train_limit=16"),
+        ],
+    )
+    lines: list[str] = []
+    trainer = Trainer(cfg, tmp_path / "ws", log=lines.append)
+    policy_dir = trainer.prepare_policy_only()
+    assert any(f"SFT steps on {len(trainer.sft_tasks)} gold trajectories" in line for line in lines)
+    sft_texts = {normalize_prompt(t.prompt) for t in trainer.sft_tasks}
+    pool_texts = {normalize_prompt(t.prompt) for t in trainer.tasks}
+    assert len(trainer.sft_tasks) == 16 and not sft_texts & pool_texts
+    probe = json.loads((policy_dir / "probe_outcomes.json").read_text())
+    assert probe["task_ids"] == [t.id for t in trainer.tasks[:4]]  # the predictor learns on the RL pool
+    assert len(probe["rewards"]) == 4 and all(len(r) == 8 for r in probe["rewards"])

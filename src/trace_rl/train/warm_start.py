@@ -1,8 +1,9 @@
 """The supervised warm start before RL: SFT on gold trajectories with probes, and the predictor's warm start.
 
-`warm_start_policy` trains the policy on the environment's gold trajectories (`trace_rl.policy.sft`), probing it
-(8 samples at temperature 1 per probe prompt) until the copy-learning jump shows; it saves the policy to
-``out/sft/policy`` with the last probe's outcomes (``probe_outcomes.json``). `warm_start_predictor` trains the
+`warm_start_policy` trains the policy on the gold trajectories of the warm-start tasks (`trace_rl.policy.sft`;
+no RL-pool or held-out prompt among them, `trace_rl.train.hygiene`), probing it (8 samples at temperature 1 per
+probe prompt) until the copy-learning jump shows; it saves the policy to ``out/sft/policy`` with the outcomes of
+one probe on the RL pool (``probe_outcomes.json``). `warm_start_predictor` trains the
 success predictor on those outcomes before step 1.
 """
 
