@@ -2,8 +2,9 @@
 
 Both `trace_rollout_func` (GRPOTrainer) and `TraceRolloutWorker` (AsyncGRPOTrainer) run trace-rl's own training
 step, `trace_rl.train.step.training_step` (predictor scores -> root allocation -> per-prompt expansion with
-turn-prefix replays -> predictor update), with the policy update replaced by "hand the trees to TRL". Nothing here
-imports TRL.
+turn-prefix replays -> predictor update), with the policy update replaced by "hand the trees to TRL". The step's
+per-prompt stage is `trace_rl.rollout.expansion.expand_prompt`, the same function the native scheduler and the verl
+worker call: the TRL adapters hold no copy of it. Nothing here imports TRL.
 
 Rows. TRL trains one sequence per row with ONE scalar advantage (`RolloutSample.advantage`; the rollout_func
 path through a reward function). A leaf-level estimator (GRPO, Tree-GRPO) gives one row per root-to-leaf path
