@@ -8,8 +8,9 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
+from tests.scripted import FixedCodec, OneTokenBackend
 from trace_rl.allocation import BudgetShape, get_method
-from trace_rl.rollout.backends import Completion, SamplingParams
+from trace_rl.rollout.backends import SamplingParams
 from trace_rl.rollout.toy_env import StepResult
 from trace_rl.train.step import StepParts, training_step
 from trace_rl.types import Task
@@ -33,24 +34,6 @@ class OneTurnEnv:
         pass
 
 
-class Backend:
-    async def generate(self, prompt_token_ids, sampling, n=1):  # type: ignore[no-untyped-def]
-        return [Completion(np.asarray([5], np.int64), np.asarray([-1.0], np.float32), "stop")] * n
-
-
-class Codec:
-    end_of_turn = 0
-
-    def prompt_ids(self, first, tools):  # type: ignore[no-untyped-def]
-        return [1]
-
-    def observation_ids(self, obs):  # type: ignore[no-untyped-def]
-        return [9]
-
-    def turn_text(self, ids, stop_ids=()):  # type: ignore[no-untyped-def]
-        return "t"
-
-
 class Predictor:
     is_warm = False
 
@@ -72,9 +55,9 @@ def run_dapo(rewards: list[float], *, cap: int = 3, budget_left: float | None = 
         return {"paths": 4.0 * len(trees), "rows": 4.0 * len(trees), "optimizer_steps": 1.0, "adv_sq": 0.0}
 
     parts = StepParts(
-        backend=Backend(),
+        backend=OneTokenBackend(),
         env_factory=OneTurnEnv,
-        codec=Codec(),
+        codec=FixedCodec(),
         sampling=SamplingParams(),
         predictor=Predictor(),
         online=Online(),

@@ -97,7 +97,8 @@ def _scripted_plan(root_rewards: dict[str, list[float]], k0: int):  # type: igno
     strategy puts ``k0`` fresh rollouts on the depth-0 anchor whenever it is offered. Returns (results, offers)."""
     import asyncio
 
-    from trace_rl.rollout.backends import Completion, SamplingParams
+    from tests.scripted import FixedCodec, OneTokenBackend
+    from trace_rl.rollout.backends import SamplingParams
     from trace_rl.rollout.scheduler import run_plan
     from trace_rl.types import RootPlan, Task
 
@@ -123,22 +124,6 @@ def _scripted_plan(root_rewards: dict[str, list[float]], k0: int):  # type: igno
         def restore(self, state):  # type: ignore[no-untyped-def]
             self.turn, self.reward = state
 
-    class Backend:
-        async def generate(self, prompt_token_ids, sampling, n=1):  # type: ignore[no-untyped-def]
-            return [Completion(np.asarray([5], np.int64), np.asarray([-1.0], np.float32), "stop")]
-
-    class Codec:
-        end_of_turn = 0
-
-        def prompt_ids(self, first, tools):  # type: ignore[no-untyped-def]
-            return [1]
-
-        def observation_ids(self, obs):  # type: ignore[no-untyped-def]
-            return [9]
-
-        def turn_text(self, ids, stop_ids=()):  # type: ignore[no-untyped-def]
-            return "t"
-
     offers: dict[str, bool] = {}
 
     def strategy(task, tree, anchors, points, budget):  # type: ignore[no-untyped-def]
@@ -156,7 +141,15 @@ def _scripted_plan(root_rewards: dict[str, list[float]], k0: int):  # type: igno
     plan = RootPlan(np.asarray(counts, np.int64), np.full(len(counts), 8.0), "test")
     results = asyncio.run(
         run_plan(
-            plan, tasks, Backend(), Env, Codec(), SamplingParams(), strategy, max_turns=2, fresh_anchor=True
+            plan,
+            tasks,
+            OneTokenBackend(),
+            Env,
+            FixedCodec(),
+            SamplingParams(),
+            strategy,
+            max_turns=2,
+            fresh_anchor=True,
         )
     )
     return results, offers
