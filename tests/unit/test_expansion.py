@@ -219,3 +219,20 @@ def test_fresh_anchor_prices_a_replay_cost_off_the_eighths_exactly() -> None:
     rec = step_record("trace_fresh", turns=3, replay_cost=0.3)
     assert rec["budget_spent"] <= rec["budget_total"] + 1e-9
     assert rec["budget_spent"] + rec["budget_unspent"] == pytest.approx(rec["budget_total"])
+
+
+def test_a_prompt_that_fills_the_context_keeps_its_budget_unspent() -> None:
+    """Roots that sampled no token (the prompt alone fills the context) end as one empty failed turn each: fresh
+    rollouts would fail the same way, so the budget is reported unspent instead of buying them."""
+    from trace_rl.rollout.agent import Episode
+    from trace_rl.types import Turn
+
+    empty = np.zeros(0, np.int64)
+
+    async def run_sessions(sessions):  # type: ignore[no-untyped-def]
+        turn = Turn(empty, empty.astype(np.int8), empty.astype(np.float32), "", "", {})
+        return [Episode(tasks(1)[0], 0, np.arange(5), [turn], 0.0, [], "context") for _ in sessions]
+
+    r = asyncio.run(expand_prompt(tasks(1)[0], 2, run_sessions, uniform_prefixes, 4, unit=0.5))
+    assert not r.anchorless and r.fresh == 0 and len(r.roots) == 2
+    assert r.spent == 2 and r.unspent == 2.0

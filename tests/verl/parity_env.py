@@ -27,7 +27,7 @@ class ParityEnv:
         self._state: dict[str, object] = {}
 
     def reset(self, task: Task) -> str:
-        self._state = {"turn": 0, "lengths": []}
+        self._state = {"turn": 0, "lengths": [], "fail_replays": bool(task.metadata.get("fail_replays"))}
         # metadata "fill": n words appended to the first observation (a prompt that fills the context, as BFCL's
         # tool schemas do, while verl's own view of the row stays short)
         return task.prompt + " x" * int(task.metadata.get("fill", 0))  # type: ignore[call-overload]
@@ -47,6 +47,8 @@ class ParityEnv:
 
     def restore(self, state: object) -> None:
         assert isinstance(state, dict)
+        if state.get("fail_replays"):  # metadata "fail_replays": a replay's session raises (a failed session)
+            raise RuntimeError("parity env: replays of this task fail")
         self._state = copy.deepcopy(state)
 
 

@@ -377,18 +377,18 @@ def test_an_epoch_is_one_pass_over_the_data(run):  # type: ignore[no-untyped-def
 
 def test_a_context_filling_prompt_completes_as_failed_rows(run):  # type: ignore[no-untyped-def]
     """A prompt whose first context fills trace.max_context: every session ends as one failed turn; the rows are
-    valid (one masked token, reward 0), its budget buys fresh root sessions (no anchors), and TraceTrainer's
-    _compute_advantage runs on them."""
+    valid (one masked token, reward 0), its replay budget stays unspent (fresh rollouts would fail the same way),
+    and TraceTrainer's _compute_advantage runs on them."""
     long = Task(id="long", env="parity", prompt="Count to 3.", metadata={"fill": 1500})
     meta = submit_tasks(run, [long], m=2)
     (rec,) = run.manager.pop_finished()
-    assert rec["roots"] == 2 and rec["fresh"] == N * 2 // 2 and rec["replays"] == 0  # N m replays at 0.5
-    assert rec["spent"] == 2 + N * 2 * 0.5 and rec["unspent"] == 0.0
+    assert rec["roots"] == 2 and rec["fresh"] == 0 and rec["replays"] == 0
+    assert rec["spent"] == 2 and rec["unspent"] == N * 2 * 0.5  # N m replays at 0.5, reported
     data = tq.kv_batch_get(
         keys=meta.keys, partition_id="train", select_fields=["rm_scores", "response_mask", "trace_turn_lens"]
     )
     masks = data["response_mask"].unbind() if data["response_mask"].is_nested else data["response_mask"]
-    assert len(meta.keys) == 4  # 2 roots + 2 fresh sessions, each a failed rollout
+    assert len(meta.keys) == 2  # the 2 roots, each a failed rollout
     for i in range(len(meta.keys)):
         assert int(torch.as_tensor(masks[i]).sum()) == 0
         assert torch.as_tensor(data["trace_turn_lens"][i]).tolist() == [1]
@@ -409,3 +409,13 @@ def test_a_validation_pass_leaves_no_episode_in_the_workers(run):  # type: ignor
     assert len(meta.keys) == 2 * int(run.cfg.actor_rollout_ref.rollout.val_kwargs.n)
     assert run.manager.held_episodes() == 0  # validation sessions used to leave their episodes behind
     tq.kv_clear(keys=meta.keys, partition_id="val")
+
+
+def test_a_failed_session_drops_its_prompt_without_a_partial_group(run):  # type: ignore[no-untyped-def]
+    """Roots succeed, every replay raises: the worker removes the roots' rows and tags the uid ``failure``; the
+    replay buffer then gives no row of it (no partial tree, nothing sampled outside the root plan)."""
+    task = Task(id="fails", env="parity", prompt="Count to 4.", metadata={"fail_replays": True})
+    meta = submit_tasks(run, [task], m=2)
+    assert meta.keys == []  # the two roots' rows were written, then removed
+    assert len(run.manager.pop_failed()) == 1 and run.manager.pop_finished() == []
+    assert run.manager.held_episodes() == 0

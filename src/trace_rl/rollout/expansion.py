@@ -17,7 +17,8 @@
 A prompt whose roots yield no turn prefix (every episode ended after one turn) has nothing to replay: its whole
 budget buys fresh rollouts of the prompt instead, floor(budget in rollout-equivalents) of them, each one more
 root rollout charged 1 (docs/rollout.md, "Prompts without anchors"); what is left (< 1 rollout-equivalent) is
-reported as ``unspent``.
+reported as ``unspent``. Not when its roots sampled no token at all (the prompt alone fills the context): fresh
+rollouts of it would fail the same way, so its budget stays unspent.
 
 What it takes: the `Task`; m; ``run_sessions``, an async callable that runs a batch of `Session` objects
 concurrently and returns one trace-rl `Episode` per session in order (the native scheduler wraps
@@ -291,7 +292,10 @@ async def expand_prompt(
     anchors = [a for a in tree.anchors() if a.node in save_of]
     points: list[SavePoint | None] = [save_of[a.node] for a in anchors]
     fresh_cost = 1.0 / unit  # budget units of one fresh rollout
-    anchorless = not anchors and budget > 0 and anchorless_fresh
+    # a prompt whose roots sampled no token at all (its prompt alone fills the context) cannot produce anything
+    # on a fresh rollout either: its budget stays unspent (and reported) rather than buying doomed rollouts
+    sampled = any(ep.sampled_tokens > 0 for ep in root_eps)
+    anchorless = not anchors and budget > 0 and anchorless_fresh and sampled
     if (fresh_anchor and not roots_mixed(root_eps)) or anchorless:
         anchors.insert(0, Anchor(node=0, depth=0, reward=fresh_anchor_reward(root_eps)))
         points.insert(0, None)
