@@ -16,7 +16,7 @@
 # problems in the trainer itself; that is what this check is for.
 #
 # NEEDS, and nothing else (no network, nothing downloaded, no install step: the script puts ./src on PYTHONPATH):
-# Python 3.11 or 3.12 ($PYTHON, default python3) with torch (a CUDA build for DEVICE=cuda), transformers >= 4.51
+# Python 3.11 or 3.12 ($PYTHON, default .venv/bin/python when it exists, else python3) with torch (a CUDA build for DEVICE=cuda), transformers >= 4.51
 # (< 6), tokenizers, safetensors, numpy and pyyaml; tqdm and tensorboard are used when present. The environment
 # is trace_rl.rollout.toy_env (pure Python: no sandbox, no data package), named as module:factory. The project's
 # GPU box (torch 2.11 + CUDA 13, transformers 5.17, Python 3.12, 64 MiB of files brought along, 10 minutes per
@@ -24,6 +24,8 @@
 # one line before anything runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# default: the project's venv when `make install` made one (the README's set-up), else python3
+if [ -z "${PYTHON:-}" ] && [ -x "$PWD/.venv/bin/python" ]; then PYTHON="$PWD/.venv/bin/python"; fi
 PY=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda}
 STEPS=${STEPS:-3}
