@@ -272,16 +272,10 @@ def policy_update(
     paths = path_rows(trees, settings)
     signal = [has_signal(r) for r in paths]
     kl_active = settings.kl_coef > 0 and ref_model is not None
-    rows = (
-        paths
-        if settings.zero_advantage_rows == "count"
-        else [r for r, s in zip(paths, signal, strict=True) if s]
-    )
-    live = [
-        s or kl_active
-        for s, r in zip(signal, paths, strict=True)
-        if settings.zero_advantage_rows == "count" or s
-    ]
+    # the paths in the loss (all under "count", those with signal under "drop"), and which of them need a forward
+    keep = [i for i, s in enumerate(signal) if s or settings.zero_advantage_rows == "count"]
+    rows = [paths[i] for i in keep]
+    live = [signal[i] or kl_active for i in keep]
     stats: dict[str, list[float]] = {}
     steps = 0
     model.train()
@@ -294,11 +288,13 @@ def policy_update(
             step_stats: dict[str, float] = {}
             if forward:
                 span = max(len(r.token_ids) for r in forward)
-                totals = {
-                    "total_tokens": sum(float(r.loss_mask.sum()) for r in batch),
-                    "total_rows": len(batch),
-                }
-                for micro, scale, token_share in micro_batches(forward, settings, **totals):  # type: ignore[arg-type]
+                passes = micro_batches(
+                    forward,
+                    settings,
+                    total_tokens=sum(float(r.loss_mask.sum()) for r in batch),
+                    total_rows=len(batch),
+                )
+                for micro, scale, token_share in passes:
                     loss, info = _micro_loss(model, micro, span, settings, pad_id, ref_model)
                     (loss * scale).backward()  # gradients accumulate to those of the whole minibatch's loss
                     for key, value in {"loss": loss.detach(), **info}.items():
