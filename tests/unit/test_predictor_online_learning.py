@@ -75,7 +75,7 @@ def test_online_training_on_trees_learns_prompts_and_prefixes() -> None:
     rng = np.random.default_rng(0)
     pred = build_predictor("tiny", device="cpu")
     trainer = OnlineTrainer(pred, OnlineConfig(batch_size=16, prefix_share=0.25, passes=8, buffer_steps=3))
-    for _ in range(20):
+    for _ in range(40):  # 20 steps left the depth-1 ranking seed-dependent (seed 0: an "ok" prefix at 0.12)
         batch = [prompt_of(rng) for _ in range(16)]
         examples = [e for q, p in batch for e in node_examples(grow(rng, q, p), q, max_chars=pred.max_chars)]
         metrics = trainer.observe_step(examples)
@@ -94,7 +94,8 @@ def test_online_training_on_trees_learns_prompts_and_prefixes() -> None:
         depth.append(1)
     scores = pred.predict(texts)
     by_depth = error_by_depth(scores, truth, depth)
-    # measured with seeds 1-3: depth 0 MSE 0.007-0.019, Spearman 0.79-0.91; depth 1 MSE 0.003-0.005
+    # measured with rng seeds 0-3 (40 steps): depth 0 MSE 0.014-0.023, Spearman 0.71-0.92; depth 1 MSE 0.0001-0.010,
+    # and every seed separated the depth-1 "ok" and "error" prefixes
     assert by_depth[0].spearman > 0.6, by_depth
     assert by_depth[1].mse < by_depth[0].mse, by_depth
     # depth 1: every "ok" prefix scores above every "error" prefix (Spearman against a two-valued truth is
