@@ -112,8 +112,14 @@ typecheck: install
 contracts: install
 	$(BIN)/lint-imports
 
-test: lint typecheck contracts vllm verl-test trl-test
-	$(BIN)/python -m pytest -q
+# Every part runs even when an earlier one fails (a vLLM server that will not start in tests/verl must not hide the
+# main suite), and the target fails at the end, naming the parts that failed. Slowest tests are listed for CI time.
+test: lint typecheck contracts vllm verl trl
+	@failed=""; \
+	$(BIN)/python -m pytest -q --durations=20 || failed="$$failed pytest"; \
+	$(MAKE) --no-print-directory verl-test || failed="$$failed verl-test"; \
+	$(MAKE) --no-print-directory trl-test || failed="$$failed trl-test"; \
+	if [ -n "$$failed" ]; then echo "make test: failed:$$failed"; exit 1; fi
 
 bench: install
 	$(BIN)/python benchmarks/allocation.py

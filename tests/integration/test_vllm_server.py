@@ -37,7 +37,9 @@ def served(tmp_path_factory):  # type: ignore[no-untyped-def]
 
     policy = load_policy("tiny", seed=3)
     folder = export_policy(policy, tmp_path_factory.mktemp("vllm") / "tiny")
-    servers = launch_servers(folder, 2, nice=19, threads=1, cpus=None, max_num_seqs=32, kv_cache_gib=1)
+    servers = launch_servers(
+        folder, 2, nice=19, threads=1, cpus=None, max_num_seqs=32, kv_cache_gib=1, timeout_s=540
+    )
     try:
         yield types.SimpleNamespace(policy=policy, folder=folder, servers=servers)
     finally:

@@ -144,7 +144,7 @@ from pathlib import Path
 from trace_rl.policy import load_policy
 from trace_rl.rollout.vllm_server import export_policy, launch_servers
 folder = export_policy(load_policy("tiny", seed=0), Path(sys.argv[1]))
-(server,) = launch_servers(folder, 1, nice=19, max_num_seqs=4)
+(server,) = launch_servers(folder, 1, nice=19, max_num_seqs=4, timeout_s=540)
 print(server.pid, flush=True)
 time.sleep(600)
 """

@@ -98,7 +98,7 @@ def run(tmp_path_factory):  # type: ignore[no-untyped-def]
 
     policy = load_policy("tiny", seed=3)
     folder = export_policy(policy, tmp_path_factory.mktemp("verl") / "tiny")
-    servers = launch_servers(folder, 2, nice=19, threads=1, max_num_seqs=16, kv_cache_gib=1)
+    servers = launch_servers(folder, 2, nice=19, threads=1, max_num_seqs=16, kv_cache_gib=1, timeout_s=540)
     try:
         ray.init(
             num_cpus=4,
