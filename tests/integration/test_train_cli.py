@@ -270,6 +270,8 @@ def test_trace_fresh_with_a_probe_warmed_convex_predictor(tmp_path) -> None:
     res = run(
         *("train", "--preset", "smoke", "--out", str(out), "--no-progress", "--method", "trace_fresh"),
         *("--set", f"policy.name={policy}", "--set", "predictor.name=ngram", "--set", "threads=1"),
+        # smoke tunes the neural predictor's batches; a convex one refits once per step (config error otherwise)
+        *("--set", "predictor.updates=8", "--set", "predictor.batch_size=32"),
     )
     assert res.returncode == 0, res.stderr[-2000:]
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]

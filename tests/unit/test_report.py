@@ -189,6 +189,28 @@ def test_compare_variants_parse_and_refuse_what_cannot_differ() -> None:
             parse_variant(bad)
 
 
+def test_compare_checks_every_variant_before_the_warm_start(tmp_path, monkeypatch) -> None:
+    """A bad ``--methods`` entry (unknown method, a setting that cannot take effect) fails at once: no warm start
+    is run and no output folder is made."""
+    from trace_rl.train import compare as compare_module
+    from trace_rl.train.config import ConfigError, load_config
+
+    def no_warm_start(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("the warm start ran before the variants were checked")
+
+    monkeypatch.setattr(compare_module, "warm_start_once", no_warm_start)
+    cfg = load_config(preset="demo")
+    assert cfg.policy.sft_steps > 0
+    for methods, message in (
+        (["grpo", "ppo"], "method: unknown method 'ppo'"),
+        (["grpo", "g2=grpo@budget.max_num_gen_batches=2"], "budget.max_num_gen_batches: only method dapo"),
+        (["grpo", "t=trace@budget.roots=10"], "multiple of group_size"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            compare_module.compare(cfg, methods, seeds=1, out=tmp_path / "cmp")
+        assert not (tmp_path / "cmp").exists()
+
+
 def test_one_interval_function_for_the_report_and_the_lab() -> None:
     """`summary.t_interval` and the lab's `mean_ci` are one implementation: equal on any sample, and the report's
     view only adds skipping of missing values (issue 25)."""

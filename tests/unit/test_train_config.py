@@ -51,6 +51,19 @@ def test_overrides_and_types() -> None:
             ["predictor.name=ngram", "predictor.history_decay=0"],
             "predictor.history_decay: must lie in (0, 1]",
         ),
+        (["budget.max_num_gen_batches=2"], "budget.max_num_gen_batches: only method dapo"),
+        (
+            ["predictor.name=ngram", "predictor.updates=8", "predictor.batch_size=32", "predictor.lr=0.01"],
+            "predictor.lr: has no effect",
+        ),
+        (["predictor.name=ngram"], "predictor.updates: has no effect on the convex predictor 'ngram'"),
+        (["backend.replicas=2"], "backend.replicas: applies only to vLLM servers that trace-rl launches"),
+        (
+            ["backend.kind=vllm", "backend.urls=http://h:1", "backend.kv_cache_gib=2"],
+            "backend.kv_cache_gib: applies only to vLLM servers",
+        ),
+        (["backend.urls=http://h:1"], "backend.urls: the local engine generates in-process"),
+        (["backend.max_in_flight=8"], "backend.max_in_flight: applies to server replicas only"),
         (
             ["predictor.history_window=5"],
             "predictor.history_window: and predictor.history_decay apply to the convex",

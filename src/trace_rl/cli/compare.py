@@ -7,24 +7,48 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("compare", help="run several methods at equal budget over seeds and compare them")
+    from trace_rl.allocation import METHODS
+
+    p = sub.add_parser(
+        "compare",
+        help="run several methods at equal budget over seeds and compare them",
+        description="Train every method with seeds 0..K-1 from one shared warm start, on the same held-out tasks, at "
+        "the same total generated budget (steps x one step's budget), and write DIR/comparison.json, "
+        "DIR/curves.json and DIR/report.html. Finished runs in DIR are read back, unfinished ones resume.",
+    )
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--preset", default=None, help="a shipped preset (default demo)")
+    src.add_argument(
+        "--preset", default=None, help="a shipped preset (demo when neither --preset nor --config)"
+    )
     src.add_argument("--config", default=None, metavar="FILE", help="a YAML config file")
     p.add_argument(
         "--methods",
         default="grpo,pcl,treepo,trace",
         help="comma-separated methods; an entry LABEL=METHOD@KEY=VALUE;KEY=VALUE runs a method under its own label "
         "with config overrides (e.g. trace_32x6=trace@budget.roots=32;budget.continuations=6); the first entry is "
-        "the baseline of the paired differences",
+        f"the baseline of the paired differences. Methods: {', '.join(METHODS)}. Default: %(default)s",
     )
-    p.add_argument("--seeds", type=int, default=1, help="seeds per method (0..K-1)")
-    p.add_argument("--steps", type=int, default=None, help="override the number of training steps")
+    p.add_argument("--seeds", type=int, default=1, help="seeds per method, 0..K-1 (default: %(default)s)")
     p.add_argument(
-        "--jobs", type=int, default=1, help="runs at once, each in its own process with one torch thread"
+        "--steps",
+        type=int,
+        default=None,
+        help="override the number of training steps (default: the config's)",
     )
-    p.add_argument("--out", required=True, metavar="DIR")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="runs at once, each in its own process with one torch thread (default: %(default)s)",
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder (required)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key (repeatable; docs/config.md)",
+    )
     p.set_defaults(func=run)
 
 

@@ -190,16 +190,18 @@ def compare(
     """
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
+    variants = [parse_variant(m) for m in methods]
+    labels = [label for label, _, _ in variants]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"--methods names a label twice: {', '.join(labels)}")
+    for _, method, overrides in variants:  # every run's config is checked before the (long) warm start
+        validate(with_overrides(replace(cfg, method=method), overrides))
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     base = warm_start_once(cfg, root, log)
     if jobs > 1 and base.threads == 0:
         base = replace(base, threads=1)
     plan: list[tuple[str, int, TrainConfig, Path]] = []
-    variants = [parse_variant(m) for m in methods]
-    labels = [label for label, _, _ in variants]
-    if len(set(labels)) != len(labels):
-        raise ConfigError(f"--methods names a label twice: {', '.join(labels)}")
     for seed in range(seeds):  # seed-major: an interrupted comparison has every method at its first seeds
         for label, method, overrides in variants:
             run_cfg = with_overrides(replace(base, method=method, seed=seed), overrides)

@@ -166,8 +166,8 @@ class OptimSection:
             x env.max_turns (the most model tokens an episode can generate). Must be 0 with the other modes.
         minibatches: optimizer steps per epoch, the same for every method (paths split evenly); logged per step
             as `optimizer_steps`.
-        minibatch: paths per optimizer step instead (the number of steps then grows with the paths a method
-            keeps); only with minibatches: 0.
+        minibatch: the older split, used only when minibatches is 0: a fixed number of paths per optimizer step,
+            so the number of optimizer steps grows with the paths a method keeps (unequal between methods).
         micro_tokens: padded tokens per forward pass: each minibatch's gradient is accumulated over passes of at
             most this many (rows x longest row) tokens, the same gradient with a fraction of the activation memory
             (`trace_rl.train.update.micro_batches`); 0 = the whole minibatch in one pass.

@@ -66,7 +66,11 @@ def validate(cfg: TrainConfig) -> None:
     need(cfg.sampling.temperature > 0, "sampling.temperature", "must be > 0 for RL sampling")
     need(0 < cfg.sampling.top_p <= 1, "sampling.top_p", "must lie in (0, 1]")
     need(cfg.sampling.max_concurrency >= 1, "sampling.max_concurrency", "must be at least 1")
-    need(cfg.budget.accounting in ("paper", "token"), "budget.accounting", "must be 'paper' or 'token'")
+    need(
+        cfg.budget.accounting in ("paper", "token"),
+        "budget.accounting",
+        f"must be paper or token, got {cfg.budget.accounting!r}",
+    )
     try:
         shape = budget_shape(cfg)
     except ValueError as exc:
@@ -100,15 +104,21 @@ def validate(cfg: TrainConfig) -> None:
     need(
         cfg.optim.estimator in ("auto", "grpo", "tree_grpo", "treerpo"),
         "optim.estimator",
-        "must be auto, grpo, tree_grpo or treerpo",
+        f"must be auto, grpo, tree_grpo or treerpo, got {cfg.optim.estimator!r}",
     )
     need(
         cfg.optim.loss_agg
         in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
         "optim.loss_agg",
-        "token-mean, seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm",
+        "must be token-mean, seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm (verl's loss_agg_mode),"
+        f" got {cfg.optim.loss_agg!r}",
     )
-    need(cfg.optim.zero_advantage_rows in ("count", "drop"), "optim.zero_advantage_rows", "count or drop")
+    need(
+        cfg.optim.zero_advantage_rows in ("count", "drop"),
+        "optim.zero_advantage_rows",
+        "must be count (their tokens stay in the loss denominator, as verl) or drop, "
+        f"got {cfg.optim.zero_advantage_rows!r}",
+    )
     need(
         cfg.optim.loss_scale_tokens == 0 or cfg.optim.loss_agg == "seq-mean-token-sum-norm",
         "optim.loss_scale_tokens",
@@ -153,7 +163,11 @@ def validate(cfg: TrainConfig) -> None:
         f"and predictor.history_decay apply to the convex predictors ({', '.join(CONVEX_NAMES)}) only; a neural"
         " predictor keeps predictor.buffer_steps steps",
     )
-    need(cfg.backend.kind in ("local", "vllm", "sglang"), "backend.kind", "must be local, vllm or sglang")
+    need(
+        cfg.backend.kind in ("local", "vllm", "sglang"),
+        "backend.kind",
+        f"must be local, vllm or sglang, got {cfg.backend.kind!r}",
+    )
     need(
         cfg.backend.kind != "sglang" or any(u.strip() for u in cfg.backend.urls.split(",")),
         "backend.urls",
@@ -162,8 +176,50 @@ def validate(cfg: TrainConfig) -> None:
     )
     need(cfg.backend.replicas >= 1, "backend.replicas", "must be at least 1")
     need(cfg.backend.max_in_flight >= 1, "backend.max_in_flight", "must be at least 1")
-    need(cfg.backend.dtype in ("float32", "bfloat16"), "backend.dtype", "must be float32 or bfloat16")
+    need(
+        cfg.backend.dtype in ("float32", "bfloat16"),
+        "backend.dtype",
+        f"must be float32 or bfloat16, got {cfg.backend.dtype!r}",
+    )
     need(cfg.backend.kv_cache_gib >= 1, "backend.kv_cache_gib", "must be at least 1 (whole GiB)")
+    # settings that cannot take effect in this configuration are errors (never silently ignored)
+    need(
+        cfg.method == "dapo" or cfg.budget.max_num_gen_batches == 0,
+        "budget.max_num_gen_batches",
+        f"only method dapo draws extra generation batches; leave it 0 with method {cfg.method}",
+    )
+    if (
+        cfg.predictor.name in CONVEX_NAMES
+    ):  # one convex refit per step on the kept outcomes: no batches, no lr
+        for key in ("updates", "batch_size", "lr", "prefix_share", "buffer_steps"):
+            need(
+                getattr(cfg.predictor, key) == getattr(defaults, key),
+                f"predictor.{key}",
+                f"has no effect on the convex predictor {cfg.predictor.name!r} (one refit per step on the outcomes "
+                "of predictor.history_window steps); leave it at its default "
+                f"{getattr(defaults, key)!r} or pick a neural predictor",
+            )
+    backend_defaults = type(cfg.backend)()
+    launches = cfg.backend.kind == "vllm" and not cfg.backend.urls.strip()
+    for key in ("replicas", "dtype", "threads", "nice", "kv_cache_gib"):
+        need(
+            launches or getattr(cfg.backend, key) == getattr(backend_defaults, key),
+            f"backend.{key}",
+            "applies only to vLLM servers that trace-rl launches (backend.kind=vllm, backend.urls empty); "
+            f"with backend.kind={cfg.backend.kind}{' and backend.urls set' if cfg.backend.urls.strip() else ''} "
+            "it cannot take effect: remove it",
+        )
+    if cfg.backend.kind == "local":
+        need(
+            not cfg.backend.urls.strip(),
+            "backend.urls",
+            "the local engine generates in-process; set backend.kind=vllm or sglang to use servers",
+        )
+        need(
+            cfg.backend.max_in_flight == backend_defaults.max_in_flight,
+            "backend.max_in_flight",
+            "applies to server replicas only; the local engine batches sampling.max_concurrency requests",
+        )
     need(
         cfg.backend.kind != "vllm" or cfg.sampling.top_p == 1,
         "sampling.top_p",
