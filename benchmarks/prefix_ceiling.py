@@ -12,7 +12,10 @@ From these outcomes it prints
    flip, for several ways to place the replays (`allocations`). P(mixed) of an allocation k is
    1 - prod_j (1 - f_j)^k_j (replays independent given the anchor). Note that this is not what TRACE's prefix
    objective maximises: `allocate_prefixes` maximises the expected number of anchors that flip,
-   sum_j (1 - q_j^k_j), which spreads replays; P(mixed) alone would put every replay on the best anchor.
+   sum_j (1 - q_j^k_j), which spreads replays; P(mixed) alone would put every replay on the best anchor. The
+   contrast objective (``budget.prefix_objective=contrast``, `allocate_contrast`; docs/allocation.md) adds
+   P(mixed) itself as its tree term: rows ``contrast_split`` (its default sibling weight 1) and
+   ``contrast_w0_split`` (weight 0: the tree term alone).
 
 Estimation: (1 - f_j)^k is estimated without bias from an anchor's F flips in K replays by the chance that k of
 them, drawn without replacement, all agree with the rollout, C(K - F, k) / C(K, k) (k <= K), so an allocation that
@@ -137,9 +140,10 @@ def allocations(anchors: list[dict[str, Any]], budget: int) -> dict[str, float]:
     objective (`allocate_prefixes` with q_j = 1 - f_j, at most K/2 per anchor) on the flip rates of the first K/2
     replays of each anchor, scored on the other K/2; best_split: K/2 replays on each of the anchors with the most
     first-half flips (ties to the shallowest), as concentrated as the held-out replays allow, scored on the other
-    K/2. Needs K >= 2 replays per anchor.
+    K/2; contrast_split / contrast_w0_split: the contrast objective (`allocate_contrast`, unanimous tree, sibling
+    weight 1 / 0) on the same first-half rates and cap, scored on the other K/2. Needs K >= 2 replays per anchor.
     """
-    from trace_rl.allocation import allocate_prefixes
+    from trace_rl.allocation import SIBLING_WEIGHT, allocate_contrast, allocate_prefixes
 
     replays = [a["replays"] for a in anchors]
     if min(len(r) for r in replays) < 2:
@@ -163,6 +167,10 @@ def allocations(anchors: list[dict[str, Any]], budget: int) -> dict[str, float]:
                     k_shallow[j] += 1
                     left -= 1
     k_trace = np.asarray(allocate_prefixes(1.0 - f_a / half, budget, max_per_prefix=cap), dtype=np.int64)
+    k_contrast = {
+        w: allocate_contrast(1.0 - f_a / half, budget, unanimous=True, weight=w, max_per_prefix=cap)
+        for w in (SIBLING_WEIGHT, 0.0)
+    }
     k_best = np.zeros(len(anchors), np.int64)
     for j in np.lexsort((depth, -f_a))[: -(-budget // cap)]:  # most first-half flips, then shallowest
         k_best[j] = min(cap, budget - int(k_best.sum()))
@@ -171,10 +179,12 @@ def allocations(anchors: list[dict[str, Any]], budget: int) -> dict[str, float]:
         "shallowest": p_mixed(f_all, n_all, k_shallow),
         "trace_split": p_mixed(f_b, n_b, k_trace),
         "best_split": p_mixed(f_b, n_b, k_best),
+        "contrast_split": p_mixed(f_b, n_b, k_contrast[SIBLING_WEIGHT]),
+        "contrast_w0_split": p_mixed(f_b, n_b, k_contrast[0.0]),
     }
 
 
-NAMES = ("random", "shallowest", "trace_split", "best_split")
+NAMES = ("random", "shallowest", "trace_split", "best_split", "contrast_split", "contrast_w0_split")
 
 
 def unanimous(p: dict[str, Any]) -> bool:

@@ -47,10 +47,30 @@ def test_allocations_of_one_tree_by_hand() -> None:
     # the second replays (no flips anywhere) score: 0 for both split allocations
     assert got["trace_split"] == pytest.approx(0.0)
     assert got["best_split"] == pytest.approx(0.0)
+    assert got["contrast_split"] == pytest.approx(0.0) and got["contrast_w0_split"] == pytest.approx(0.0)
     # more budget than the shallowest anchors have replays: the rest goes one depth deeper (2 + 2 here), where the
     # depth-2 anchor's flip is then always drawn
     deep = bench.allocations([anchor(1, 0.0, [0.0, 0.0]), anchor(2, 0.0, [1.0, 0.0])], 4)
     assert deep["shallowest"] == pytest.approx(1.0)
+
+
+def test_contrast_rows_concentrate_where_the_first_half_flipped() -> None:
+    """Three anchors of an all-failed tree, 6 replays each (halves of 3): the first halves flip 2, 1, 1 times
+    (q = 1/3, 2/3, 2/3), the second halves 1, 0, 0. Budget 3 (at most 3 per anchor): the paper's objective gives
+    (1, 1, 1) (increments 2/3, 1/3, 1/3 beat 2/9), as does the contrast objective at weight 1 (value 2.185 against
+    2.148 for (2, 1, 0) and 1.926 for (3, 0, 0)); at weight 0 (the tree term alone) all 3 go to the first anchor
+    (-log 1/3 > -log 2/3)."""
+    anchors = [
+        anchor(1, 0.0, [1.0, 1.0, 0.0, 1.0, 0.0, 0.0]),
+        anchor(1, 0.0, [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
+        anchor(2, 0.0, [0.0, 1.0, 0.0, 0.0, 0.0, 0.0]),
+    ]
+    got = bench.allocations(anchors, 3)
+    # (1, 1, 1) on the second halves: P(no flip) = C(2,1)/C(3,1) * 1 * 1 = 2/3
+    assert got["trace_split"] == pytest.approx(1 / 3)
+    assert got["contrast_split"] == pytest.approx(1 / 3)
+    # (3, 0, 0): all three held-out replays of the first anchor, one of which flips: P(no flip) = 0
+    assert got["contrast_w0_split"] == pytest.approx(1.0)
 
 
 def test_p_mixed_is_an_unbiased_estimate() -> None:

@@ -7,10 +7,17 @@ from trace_rl.allocation.budget import (
     token_aware_costs,
     units_per_rollout,
 )
-from trace_rl.allocation.objectives import flip_probability, mixed_probability, repeat_probability
-from trace_rl.allocation.solvers import allocate_prefixes, allocate_roots, knapsack_dp
+from trace_rl.allocation.objectives import (
+    contrast_value,
+    flip_probability,
+    mixed_probability,
+    repeat_probability,
+)
+from trace_rl.allocation.solvers import allocate_contrast, allocate_prefixes, allocate_roots, knapsack_dp
 from trace_rl.allocation.strategies import (
     METHODS,
+    PREFIX_OBJECTIVES,
+    SIBLING_WEIGHT,
     Method,
     PrefixStrategy,
     RootStrategy,
@@ -19,6 +26,7 @@ from trace_rl.allocation.strategies import (
     apportion,
     branpo_prefixes,
     branpo_tiers,
+    contrast_prefixes,
     get_method,
     grpo_roots,
     knapsack_roots,
@@ -33,6 +41,8 @@ from trace_rl.allocation.strategies import (
 
 __all__ = [
     "METHODS",
+    "PREFIX_OBJECTIVES",
+    "SIBLING_WEIGHT",
     "UNITS_PER_ROLLOUT",
     "BudgetShape",
     "Method",
@@ -40,11 +50,14 @@ __all__ = [
     "RootStrategy",
     "TailAnchors",
     "TailStrategy",
+    "allocate_contrast",
     "allocate_prefixes",
     "allocate_roots",
     "apportion",
     "branpo_prefixes",
     "branpo_tiers",
+    "contrast_prefixes",
+    "contrast_value",
     "flip_probability",
     "get_method",
     "grpo_roots",

@@ -109,3 +109,70 @@ def repeat_probability(reward: npt.ArrayLike, value: npt.ArrayLike) -> FloatArra
     r = _as_probability(reward, "reward")
     vv = _as_probability(value, "value")
     return np.clip(r * vv + (1.0 - r) * (1.0 - vv), 0.0, 1.0)
+
+
+def contrast_value(
+    q: npt.ArrayLike,
+    k: npt.ArrayLike,
+    *,
+    unanimous: bool,
+    sibling: npt.ArrayLike | None = None,
+    weight: float = 1.0,
+) -> float:
+    """Contrast a prompt's replays add to a tree-aware update: tree term plus ``weight`` times sibling terms.
+
+    Equation (ours, docs/allocation.md "The contrast objective"; motivated by issue 23 and
+    benchmarks/prefix_ceiling.py)::
+
+        C(k) = u * (1 - prod_j q_j^k_j)  +  weight * sum_{j in sibling} (1 - q_j^k_j)
+
+    * tree term: u = 1 when the prompt's root rollouts all share one outcome y (then every anchor's rollout ended
+      with y, so q_j = P(a replay from anchor j ends with y)) and the term is the chance that at least one replay
+      ends otherwise, i.e. the tree becomes mixed; u = 0 for a tree that is already mixed;
+    * sibling term of anchor j: the chance that its sibling group (the original continuation plus the k_j
+      replays) is mixed, 1 - q_j^k_j (the paper's P_flip). The prompt's own depth-0 anchor (a fresh rollout,
+      ``trace_fresh``) has none: its group is the root group, whose mixing is the tree term.
+
+    With ``weight = 1`` and a TreeRPO update, C is the expected number of sibling groups (the root group included)
+    that become mixed. For a mixed tree C is ``weight`` times the paper's objective over the turn prefixes.
+
+    Args:
+        q: repeat probability of each anchor, shape (J,), values in [0, 1] (`repeat_probability`).
+        k: replays per anchor, shape (J,), non-negative integers.
+        unanimous: the prompt's root rollouts all share one outcome.
+        sibling: bool (J,), which anchors have a sibling group (False for the depth-0 anchor); default all.
+        weight: weight of the sibling terms, finite and >= 0.
+
+    Returns:
+        C(k), a float in [0, 1 + weight * J].
+
+    Raises:
+        ValueError: q not probabilities, k negative or not whole, shapes that differ, a bad weight.
+    """
+    qq = _as_probability(q, "q").reshape(-1)
+    kk = _as_count(k, "k").reshape(-1)
+    sib = _as_sibling(sibling, qq.shape[0])
+    if kk.shape != qq.shape:
+        raise ValueError(f"k must have the shape of q {qq.shape}; got {kk.shape}")
+    w = _as_weight(weight)
+    repeat = np.power(qq, kk)
+    tree = (1.0 - float(np.prod(repeat))) if unanimous else 0.0
+    return float(tree + w * float(np.sum(np.where(sib, 1.0 - repeat, 0.0))))
+
+
+def _as_sibling(sibling: npt.ArrayLike | None, j: int) -> npt.NDArray[np.bool_]:
+    if sibling is None:
+        return np.ones(j, dtype=np.bool_)
+    arr = np.asarray(sibling)
+    if arr.dtype.kind != "b" or arr.shape != (j,):
+        raise ValueError(f"sibling must be a boolean array of shape ({j},); got {arr.dtype} {arr.shape}")
+    return arr.astype(np.bool_)
+
+
+def _as_weight(weight: float) -> float:
+    if isinstance(weight, bool) or not isinstance(weight, int | float | np.integer | np.floating):
+        raise ValueError(f"weight must be a number >= 0; got {weight!r}")
+    w = float(weight)
+    if not np.isfinite(w) or w < 0:
+        raise ValueError(f"weight must be finite and >= 0; got {weight!r}")
+    return w

@@ -41,7 +41,7 @@ import numpy.typing as npt
 
 from trace_rl.allocation.budget import BudgetShape
 from trace_rl.allocation.objectives import FloatArray, IntArray, _as_probability, mixed_probability
-from trace_rl.allocation.solvers import allocate_prefixes, allocate_roots, knapsack_dp
+from trace_rl.allocation.solvers import allocate_contrast, allocate_prefixes, allocate_roots, knapsack_dp
 from trace_rl.types import RootPlan
 
 RootStrategy = Callable[[FloatArray, BudgetShape, np.random.Generator], RootPlan]
@@ -165,6 +165,41 @@ def trace_prefixes(
 ) -> IntArray:
     """TRACE prefix expansion: `allocate_prefixes(q, budget, cost=cost)` (exact)."""
     return allocate_prefixes(q, budget, cost=cost)
+
+
+#: The prefix objectives of the methods whose prefix strategy is `trace_prefixes` (``budget.prefix_objective``):
+#: "paper" = TRACE's sum_j 1 - q_j^k_j (`allocate_prefixes`); "contrast" = `contrast_value` (`contrast_prefixes`).
+PREFIX_OBJECTIVES = ("paper", "contrast")
+#: Default weight of the sibling terms of the contrast objective: 1 makes it the expected number of sibling groups
+#: (the root group included) that become mixed under TreeRPO (docs/allocation.md, "The contrast objective").
+SIBLING_WEIGHT = 1.0
+
+
+def contrast_prefixes(
+    q: FloatArray,
+    budget: int,
+    rng: np.random.Generator,
+    cost: IntArray | None = None,
+    *,
+    unanimous: bool,
+    sibling: npt.NDArray[np.bool_] | None = None,
+    weight: float = SIBLING_WEIGHT,
+    max_per_prefix: int | None = None,
+) -> IntArray:
+    """TRACE's prefix stage under the contrast objective (ours; docs/allocation.md): `allocate_contrast` (exact).
+
+    A `PrefixStrategy` plus what the objective needs besides q: whether the prompt's roots are unanimous and which
+    anchors have a sibling group (not the depth-0 anchor of ``trace_fresh``). ``rng`` is unused (deterministic).
+    """
+    return allocate_contrast(
+        q,
+        budget,
+        unanimous=unanimous,
+        sibling=sibling,
+        weight=weight,
+        cost=cost,
+        max_per_prefix=max_per_prefix,
+    )
 
 
 # ------------------------------------------------------------------------------- tail branching (BranPO)

@@ -132,6 +132,13 @@ class BudgetSection:
         max_num_gen_batches: `dapo` only: the most batches of batch_size prompts x n rollouts one step may draw
             while filling its batch with mixed groups (verl's DAPO recipe name; docs/allocation.md); 0 = as many
             as the step's candidate pool holds (env.pool_size // batch_size).
+        prefix_objective: what the prefix stage of trace, trace_prefix_only and trace_fresh maximises: "paper"
+            (TRACE's sum_j 1 - q_j^k_j, the expected number of anchors whose ending flips) or "contrast" (ours: for a
+            prompt whose roots all agree, the chance its tree becomes mixed, plus sibling_weight times the chance
+            each anchor's sibling group becomes mixed; solved exactly; docs/allocation.md); contrast with any
+            other method is a config error.
+        sibling_weight: contrast objective only: weight of the sibling-group terms against the tree term (>= 0;
+            1 = the expected number of sibling groups, root group included, that become mixed under TreeRPO).
     """
 
     roots: int = 32
@@ -142,6 +149,8 @@ class BudgetSection:
     max_rollouts: int | None = 16
     accounting: str = "paper"
     max_num_gen_batches: int = 0
+    prefix_objective: str = "paper"
+    sibling_weight: float = 1.0
 
 
 @dataclass(frozen=True)

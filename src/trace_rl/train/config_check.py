@@ -71,6 +71,29 @@ def validate(cfg: TrainConfig) -> None:
         "budget.accounting",
         f"must be paper or token, got {cfg.budget.accounting!r}",
     )
+    from trace_rl.allocation import PREFIX_OBJECTIVES, SIBLING_WEIGHT
+
+    need(
+        cfg.budget.prefix_objective in PREFIX_OBJECTIVES,
+        "budget.prefix_objective",
+        f"must be {' or '.join(PREFIX_OBJECTIVES)}, got {cfg.budget.prefix_objective!r}",
+    )
+    need(
+        cfg.budget.prefix_objective == "paper" or _uses_allocate_prefixes(cfg.method),
+        "budget.prefix_objective",
+        f"contrast replaces the objective of allocate_prefixes, which method {cfg.method} does not use "
+        f"(methods that do: {', '.join(m for m in METHODS if _uses_allocate_prefixes(m))})",
+    )
+    need(
+        math.isfinite(cfg.budget.sibling_weight) and cfg.budget.sibling_weight >= 0,
+        "budget.sibling_weight",
+        f"must be finite and >= 0, got {cfg.budget.sibling_weight!r}",
+    )
+    need(
+        cfg.budget.prefix_objective == "contrast" or cfg.budget.sibling_weight == SIBLING_WEIGHT,
+        "budget.sibling_weight",
+        "applies to budget.prefix_objective=contrast only; leave it at its default with the paper's objective",
+    )
     try:
         shape = budget_shape(cfg)
     except ValueError as exc:
@@ -225,6 +248,14 @@ def validate(cfg: TrainConfig) -> None:
         "sampling.top_p",
         "must be 1 with backend.kind=vllm (vLLM's logprobs after top-p are not what the trainer recomputes)",
     )
+
+
+def _uses_allocate_prefixes(method: str) -> bool:
+    """The method's prefix strategy is `trace_prefixes` (trace, trace_prefix_only, trace_fresh)."""
+    from trace_rl.allocation import METHODS, trace_prefixes
+
+    m = METHODS[method]
+    return m.prefixes is trace_prefixes and m.tail_prefixes is None
 
 
 def budget_shape(cfg: TrainConfig) -> Any:

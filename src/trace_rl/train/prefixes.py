@@ -9,7 +9,8 @@
     q_j     = r_j V_j + (1 - r_j)(1 - V_j)                                       repeat probability (paper eq. for q)
     cost_j  = replay_cost * U units (paper) | token-aware units (token) | U for the depth-0 anchor
     k       = method.prefixes(q, budget, rng, cost)                              the method's PrefixStrategy
-              (tail branching, ``method.tail_prefixes``: from `tail_anchors`, no predictor)
+              (tail branching, ``method.tail_prefixes``: from `tail_anchors`, no predictor;
+               objective "contrast": `contrast_prefixes`, also told whether the roots are unanimous)
 
 `prefix_budget` gives a prompt's budget in the allocator's units: N m_i replays (paper accounting, no fresh
 anchor; unit = replay_cost) or N m_i replay_cost U integer units (token accounting or ``trace_fresh``;
@@ -28,8 +29,11 @@ import numpy as np
 
 from trace_rl.allocation import (
     METHODS,
+    PREFIX_OBJECTIVES,
+    SIBLING_WEIGHT,
     Method,
     allocate_prefixes,
+    contrast_prefixes,
     repeat_probability,
     tail_anchors,
     token_aware_costs,
@@ -94,6 +98,8 @@ def replay_allocator(
     max_chars: int = 2048,
     max_per_prefix: int | None = None,
     tick: Callable[[str, float], None] | None = None,
+    objective: str = "paper",
+    sibling_weight: float = SIBLING_WEIGHT,
 ) -> ReplayAllocator:
     """The per-prompt replay allocator of ``method`` (module doc): anchors -> `PrefixChoice` (k, cost, V).
 
@@ -108,15 +114,29 @@ def replay_allocator(
         max_chars: serialization budget of predictor texts (the predictor's ``max_chars``).
         max_per_prefix: cap on k_j (None: none); only with `allocate_prefixes`-based methods.
         tick: ``tick(key, seconds)`` wall-clock accounting ("predictor", "allocation"); None to skip.
+        objective: "paper" (the method's own prefix strategy: for TRACE, sum_j 1 - q_j^k_j) or "contrast"
+            (`contrast_prefixes`: the tree term for a prompt whose roots are unanimous plus ``sibling_weight``
+            times the sibling terms; docs/allocation.md); "contrast" only with an `allocate_prefixes` method.
+        sibling_weight: weight of the contrast objective's sibling terms (finite, >= 0).
 
     Raises:
-        ValueError: ``max_per_prefix`` with a method whose prefix strategy cannot cap (a setting that would not
-            take effect), or from `prefix_budget`'s checks.
+        ValueError: ``max_per_prefix`` or ``objective="contrast"`` with a method whose prefix strategy is not
+            `trace_prefixes` (a setting that would not take effect), an unknown objective, a sibling weight with
+            the paper's objective, or from `prefix_budget`'s checks.
     """
     is_priced = priced(method, accounting)
     u = units_per_rollout(replay_cost) if is_priced else 1
     strategy = method.prefixes
     tail = method.tail_prefixes  # tail branching (branpo) reads where anchors lie, not the predictor
+    if objective not in PREFIX_OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(PREFIX_OBJECTIVES)}; got {objective!r}")
+    if objective == "contrast" and (method.prefixes is not trace_prefixes or tail is not None):
+        raise ValueError(
+            f"the contrast objective replaces allocate_prefixes; {method.name!r} does not use it"
+        )
+    if objective == "paper" and sibling_weight != SIBLING_WEIGHT:
+        raise ValueError("sibling_weight applies to the contrast objective only")
+    cap: int | None = None
     if max_per_prefix is not None:
         if method.prefixes is not trace_prefixes or tail is not None:
             raise ValueError(f"max_per_prefix needs an allocate_prefixes method, not {method.name!r}")
@@ -157,6 +177,17 @@ def replay_allocator(
         if tail is not None:
             tails = tail_anchors(tree, [a.node for a in anchors])
             k = np.asarray(tail(tails, budget, rng_of(task), cost), dtype=np.int64)
+        elif objective == "contrast":  # the tree holds the roots only: node 0 mixed = the roots are mixed
+            k = contrast_prefixes(
+                q,
+                budget,
+                rng_of(task),
+                cost,
+                unanimous=not bool(tree.mixed()[0]),
+                sibling=np.array([a.node != 0 for a in anchors], dtype=np.bool_),
+                weight=sibling_weight,
+                max_per_prefix=cap,
+            )
         else:
             k = np.asarray(strategy(q, budget, rng_of(task), cost), dtype=np.int64)
         if tick is not None:

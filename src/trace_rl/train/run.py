@@ -184,6 +184,8 @@ class Trainer:
             accounting=cfg.budget.accounting,
             max_chars=int(getattr(self.predictor, "max_chars", 2048)),  # score the texts it trains on
             max_gen_batches=cfg.budget.max_num_gen_batches or cfg.env.pool_size // self.shape.batch_size,
+            prefix_objective=cfg.budget.prefix_objective,
+            sibling_weight=cfg.budget.sibling_weight,
         )
         if ckpt is not None:
             self._load_checkpoint(ckpt)

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from trace_rl.allocation import UNITS_PER_ROLLOUT, BudgetShape, Method
+from trace_rl.allocation import SIBLING_WEIGHT, UNITS_PER_ROLLOUT, BudgetShape, Method, trace_prefixes
 from trace_rl.metrics import (
     effective_ratio,
     is_effective,
@@ -49,6 +49,7 @@ __all__ = [
     "effective_method",
     "fresh_rollouts_on_mixed",
     "prefix_callback",
+    "prefix_objective_applies",
     "replay_flips",
     "training_step",
 ]
@@ -70,6 +71,9 @@ class StepParts:
         accounting: "paper" or "token" (DESIGN.md section 2).
         max_chars: serialization budget of predictor texts.
         max_gen_batches: `dapo`'s cap on the batches one step draws (budget.max_num_gen_batches).
+        prefix_objective: "paper" or "contrast" (budget.prefix_objective): the objective of the prefix stage of
+            the methods whose prefix strategy is `trace_prefixes` (docs/allocation.md, "The contrast objective").
+        sibling_weight: the contrast objective's weight of the sibling terms (budget.sibling_weight).
     """
 
     backend: Any
@@ -84,6 +88,8 @@ class StepParts:
     accounting: str = "paper"
     max_chars: int = 2048
     max_gen_batches: int = 1
+    prefix_objective: str = "paper"
+    sibling_weight: float = SIBLING_WEIGHT
     timers: dict[str, float] = field(default_factory=dict)
 
     def tick(self, key: str, seconds: float) -> None:
@@ -105,7 +111,11 @@ def prefix_callback(
     `trace_rl.train.prefixes.prefix_budget` (replays under "paper" accounting; integer cost units under "token"
     accounting or a fresh anchor, where a replay from anchor j costs ceil(U * remaining_j / mean rollout
     tokens), remaining_j being the model tokens the original rollout generated after anchor j).
+
+    ``parts.prefix_objective`` applies to a method whose prefix strategy is `trace_prefixes` (the configured method
+    is checked by the config); the cold-start fallback (TreePO's random anchors, `effective_method`) has none.
     """
+    contrast = parts.prefix_objective == "contrast" and prefix_objective_applies(method)
     return replay_allocator(
         method,
         parts.predictor,
@@ -114,7 +124,14 @@ def prefix_callback(
         rng_of=lambda task: prompt_rngs[task.id],
         max_chars=parts.max_chars,
         tick=parts.tick,
+        objective="contrast" if contrast else "paper",
+        sibling_weight=parts.sibling_weight if contrast else SIBLING_WEIGHT,
     )
+
+
+def prefix_objective_applies(method: Method) -> bool:
+    """Whether ``budget.prefix_objective`` can change ``method``'s replays: its prefix strategy is `trace_prefixes`."""
+    return method.prefixes is trace_prefixes and method.tail_prefixes is None
 
 
 def _tool_seconds(factory: Any) -> float:
@@ -207,6 +224,10 @@ def training_step(
         "step": step,
         "method": method.name,
         "allocation": used.name,
+        # the prefix stage's objective this step ("contrast" only where it applies: not at cold start)
+        "prefix_objective": (
+            parts.prefix_objective if prefix_objective_applies(used) and used.has_replays else "paper"
+        ),
         "predictor_warm": float(warm),
         "budget_spent": float(sum(r.spent for r in generated)),
         "budget_total": shape.total,
