@@ -181,3 +181,36 @@ def test_the_config_key_reaches_the_scheduler() -> None:
     # the default weight 1 balances the tree term against the four sibling groups
     _, balanced = _step_with(["budget.prefix_objective=contrast"])
     assert sum(balanced) == 8 and balanced not in (paper, contrast)
+
+
+def test_trace_fresh_never_buys_a_fresh_rollout_for_mixed_roots_under_contrast() -> None:
+    """The depth-0 anchor of a prompt whose roots are mixed (2 of 3 solved) is worth nothing under the contrast
+    objective, even offered and even though its flip probability is by far the largest (about 0.43 against 0.001
+    for the decided prefixes): the paper's objective spends the budget on it, the contrast objective gives it 0.
+    With unanimous roots it is valued by the tree term and gets the budget."""
+    import asyncio
+
+    from trace_rl.train.prefixes import prefix_budget, replay_allocator
+    from trace_rl.tree import RolloutTree
+    from trace_rl.types import Anchor, Task, Turn
+
+    class Decided:  # prefixes of a "win" rollout succeed, of a "lose" one fail; the prompt is a coin flip
+        def predict(self, texts):  # type: ignore[no-untyped-def]
+            return np.array([0.999 if "win" in t else 0.001 if "lose" in t else 0.5 for t in texts])
+
+    def allocate(objective: str, rewards: list[float]) -> list[int]:
+        tree = RolloutTree.new()
+        turns = {1.0: [Turn(text="win"), Turn(text="end")], 0.0: [Turn(text="lose"), Turn(text="end")]}
+        nodes = [int(tree.add_rollout(turns[r], r)[0]) for r in rewards]
+        anchors = [Anchor(0, 0, 1.0)] + [Anchor(n, 1, r) for n, r in zip(nodes, rewards, strict=True)]
+        method = get_method("trace_fresh")
+        budget, _ = prefix_budget(6, 0.5, method=method, accounting="paper")  # 6 replays = 24 units
+        alloc = replay_allocator(
+            method, Decided(), replay_cost=0.5, rng_of=lambda t: np.random.default_rng(0), objective=objective
+        )
+        choice = asyncio.run(alloc(Task(id="p", env="x", prompt="p"), tree, anchors, [None] * 4, budget))
+        return [int(x) for x in choice.k]
+
+    assert allocate("paper", [1.0, 1.0, 0.0]) == [3, 0, 0, 0]  # 3 fresh rollouts x 8 units
+    assert allocate("contrast", [1.0, 1.0, 0.0]) == [0, 2, 2, 2]  # 6 replays x 4 units, none fresh
+    assert allocate("contrast", [0.0, 0.0, 0.0]) == [3, 0, 0, 0]
