@@ -53,3 +53,14 @@ def test_unit_costs_spend_the_whole_budget(q, budget) -> None:
     for unanimous in (True, False):
         k = allocate_contrast(np.array(q), budget, unanimous=unanimous, weight=1.0)
         assert int(k.sum()) == budget
+
+
+def test_where_the_marginal_greedy_fails_the_solver_is_exact() -> None:
+    """docs/allocation.md's counterexample: the greedy on marginal gains (1 - q_j)(P + w q_j^k_j) takes anchors
+    3, 2, 3, 1 -> (1, 1, 2), C = 2.614392; the optimum is (1, 2, 1), C = 2.6161 (brute force agrees)."""
+    q, ones = np.array([0.71, 0.5, 0.36]), np.ones(3, np.int64)
+    k = allocate_contrast(q, 4, unanimous=True, weight=1.0)
+    assert k.tolist() == [1, 2, 1]
+    best = brute_force(q, 4, True, np.ones(3, bool), 1.0, ones, None)
+    assert abs(contrast_value(q, k, unanimous=True) - best) < 1e-12
+    assert contrast_value(q, [1, 1, 2], unanimous=True) < contrast_value(q, k, unanimous=True) - 1e-3
