@@ -64,7 +64,18 @@ def test_settings_that_cannot_take_effect_are_refused() -> None:
         )
     with pytest.raises(ValueError, match="filter_groups"):
         refuse_unsupported(OmegaConf.create({"algorithm": {"filter_groups": {"enable": True}}}))
+    with pytest.raises(
+        ValueError, match="custom_sampler"
+    ):  # the failed-prompt rule lives in TraceReplayBuffer
+        refuse_unsupported(
+            OmegaConf.create(
+                {"trainer": {"v1": {"sampler": {"custom_sampler": {"path": "x.py", "name": "Sampler"}}}}}
+            )
+        )
     refuse_unsupported(OmegaConf.create({"trainer": {"v1": {"sampler": {}}}}))
+    refuse_unsupported(  # verl's generated default: both null
+        OmegaConf.create({"trainer": {"v1": {"sampler": {"custom_sampler": {"path": None, "name": None}}}}})
+    )
     with pytest.raises(ValueError, match=r"trace\.method"):
         TraceVerlConfig(method="grpo")
     with pytest.raises(ValueError, match="denominator"):

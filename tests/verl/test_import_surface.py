@@ -77,6 +77,20 @@ def test_the_seams_the_adapter_overrides_keep_their_signatures() -> None:
         ("_submit_batch_to_rollout", ["self", "batch"]),
     ]:
         assert params(getattr(PPOTrainer, method)) == expected, method
+    # TraceReplayBuffer: verl's sync buffer selects groups in _select_prompt_uids, then materializes them
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+    assert params(ReplayBuffer._select_prompt_uids) == [
+        "self",
+        "partition_id",
+        "sampleable_keys",
+        "batch_size",
+    ]
+    assert params(ReplayBuffer._clear_groups) == ["self", "partition_id", "uids"]
+    assert params(ReplayBuffer.sample) == ["self", "global_steps", "partition_id", "batch_size"]
+    sample_src = inspect.getsource(ReplayBuffer.sample)
+    assert "self._select_prompt_uids(" in sample_src and "self._materialize_batch(" in sample_src
+    assert "failure_keys" in inspect.getsource(ReplayBuffer._sync_metadata_from_transfer_queue)
     # estimators other than GAE/GRPO get these keywords from verl (the tree estimators read them)
     from verl.trainer.ppo import ray_trainer
 

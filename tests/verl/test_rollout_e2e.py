@@ -16,6 +16,7 @@ by PID at the end.
 
 from __future__ import annotations
 
+import os
 import time
 import types
 import uuid
@@ -33,7 +34,7 @@ from verl.utils.import_utils import load_class_from_fqn
 from verl.workers.rollout.llm_server import LLMServerClient
 from verl.workers.rollout.router import get_router_handle
 
-import trace_rl.integrations.verl.register  # noqa: F401  (registers trace_agent, trace_sync, estimators)
+import trace_rl.integrations.verl.register  # registers trace_agent, trace_sync, the estimators; binds trace_rl
 from trace_rl.advantages import token_advantages, tree_grpo_advantages, treerpo_advantages
 from trace_rl.integrations.verl.config import TraceVerlConfig
 from trace_rl.integrations.verl.data import write_parquet
@@ -47,6 +48,7 @@ from trace_rl.tree import RolloutTree
 from trace_rl.types import Task
 
 HERE = Path(__file__).resolve().parent
+SRC = Path(trace_rl.__file__).resolve().parents[1]  # the folder holding the trace_rl package this run imports
 N = 2  # continuations per root
 MAX_TURNS = 3
 BLOCK = 32  # the servers' KV block size
@@ -104,7 +106,9 @@ def run(tmp_path_factory):  # type: ignore[no-untyped-def]
             num_cpus=4,
             include_dashboard=False,
             object_store_memory=200 * 1024**2,
-            runtime_env={"env_vars": {"PYTHONPATH": str(HERE), "OMP_NUM_THREADS": "1"}},
+            # the workers import parity_env and the trace_rl this process imported (a checkout on PYTHONPATH
+            # would otherwise lose to an editable install of another one)
+            runtime_env={"env_vars": {"PYTHONPATH": f"{HERE}{os.pathsep}{SRC}", "OMP_NUM_THREADS": "1"}},
         )
         tq.init()
         try:
@@ -178,7 +182,7 @@ def submit(policy, folder, servers):  # type: ignore[no-untyped-def]
 
 def submit_tasks(run, tasks, m, partition="train", validate=False):  # type: ignore[no-untyped-def]
     """Submit trace-rl tasks as verl would (its RLHFDataset + collate_fn on a parquet file of them), each with
-    ``__rollout_n__ = m``, and return the replay buffer's batch of them."""
+    ``__rollout_n__ = m``, and return the trainer's replay buffer's sample of them: (batch, metrics)."""
     import uuid as uuid_mod
 
     from verl.trainer.ppo.utils import create_rl_dataset
@@ -199,10 +203,9 @@ def submit_tasks(run, tasks, m, partition="train", validate=False):  # type: ign
         batch["__rollout_n__"] = torch.full((len(tasks),), m, dtype=torch.int64)
     tq.kv_batch_put(keys=list(batch["uid"]), partition_id=partition, tags=tags)
     trainer.agent_loop_manager.generate_sequences(batch)
-    meta, _ = trainer.replay_buffer.sample(
+    return trainer.replay_buffer.sample(
         global_steps=trainer.global_steps, partition_id=partition, batch_size=len(tasks)
     )
-    return meta
 
 
 def keys_of(run, uid):  # type: ignore[no-untyped-def]
@@ -380,7 +383,7 @@ def test_a_context_filling_prompt_completes_as_failed_rows(run):  # type: ignore
     valid (one masked token, reward 0), its replay budget stays unspent (fresh rollouts would fail the same way),
     and TraceTrainer's _compute_advantage runs on them."""
     long = Task(id="long", env="parity", prompt="Count to 3.", metadata={"fill": 1500})
-    meta = submit_tasks(run, [long], m=2)
+    meta, _ = submit_tasks(run, [long], m=2)
     (rec,) = run.manager.pop_finished()
     assert rec["roots"] == 2 and rec["fresh"] == 0 and rec["replays"] == 0
     assert rec["spent"] == 2 and rec["unspent"] == N * 2 * 0.5  # N m replays at 0.5, reported
@@ -405,20 +408,57 @@ def test_a_context_filling_prompt_completes_as_failed_rows(run):  # type: ignore
 
 def test_a_validation_pass_leaves_no_episode_in_the_workers(run):  # type: ignore[no-untyped-def]
     tasks = [Task(id=f"v{i}", env="parity", prompt=f"Count to {i + 2}.") for i in range(2)]
-    meta = submit_tasks(run, tasks, m=0, partition="val", validate=True)
+    meta, _ = submit_tasks(run, tasks, m=0, partition="val", validate=True)
     assert len(meta.keys) == 2 * int(run.cfg.actor_rollout_ref.rollout.val_kwargs.n)
     assert run.manager.held_episodes() == 0  # validation sessions used to leave their episodes behind
     tq.kv_clear(keys=meta.keys, partition_id="val")
 
 
-def test_a_failed_session_drops_its_prompt_and_verls_sync_buffer_then_stops_the_step(run):  # type: ignore[no-untyped-def]
-    """Roots succeed, every replay raises: the worker removes the roots' rows and tags the uid ``failure`` (no
-    partial tree, nothing sampled outside the root plan). KNOWN LIMITATION (measured 2026-12-01, verl 0.9.1): verl's
-    synchronous replay buffer then refuses to select a terminal group with no rows and, since the adapter refuses
-    ``sync_refill_failed_groups`` (a refill would sample outside the root plan), the step stops with verl's error.
-    This test pins that behaviour until the adapter replaces failed prompts itself (issue 25, open)."""
-    task = Task(id="fails", env="parity", prompt="Count to 4.", metadata={"fail_replays": True})
-    with pytest.raises(RuntimeError, match="no materializable trajectories"):
-        submit_tasks(run, [task], m=2)
-    assert len(run.manager.pop_failed()) == 1 and run.manager.pop_finished() == []
+def prompt_keys(partition: str) -> set[str]:
+    """The prompt keys (uids) TransferQueue still holds in a partition."""
+    listed = tq.kv_list(partition) or {}
+    return {k for k, tag in listed.get(partition, {}).items() if tag.get("is_prompt", False)}
+
+
+def test_a_failed_session_drops_only_its_prompt_and_the_step_trains_on_the_others(run):  # type: ignore[no-untyped-def]
+    """One prompt whose replays raise (a failed session) beside a healthy prompt, sampled by the trainer's replay
+    buffer as a step does: the failed prompt's rows are gone and its group is dropped from the step (no error;
+    verl's `rollout_failure` count says 1), the batch holds exactly the healthy prompt's tree, the trainer's
+    advantage stage runs on it, the step's metrics count the failed prompt and the rollouts it spent, and
+    nothing of either prompt stays in TransferQueue or in the workers."""
+    bad = Task(id="fails", env="parity", prompt="Count to 4.", metadata={"fail_replays": True})
+    good = Task(id="healthy", env="parity", prompt="Count to 5.")
+    meta, sample_metrics = submit_tasks(run, [bad, good], m=2)
+    assert sample_metrics["training/rollout_failure/evicted_samples"] == 1
+    (rec,) = run.manager.pop_finished()
+    assert rec["task_id"] == "healthy"
+    tree = RolloutTree.from_dict(rec["tree"])
+    assert {k.split("_")[0] for k in meta.keys} == {rec["uid"]}  # the healthy prompt's rows only
+    assert len(meta.keys) == tree.num_leaves == 2 + rec["replays"]  # all of them
+    trainer = run.trainer
+    trainer.config.algorithm.rollout_correction.bypass_mode = True
+    metrics: dict = {}
+    batch = trainer._compute_advantage(trainer._compute_old_log_prob(meta, metrics), metrics)
+    assert batch.keys == meta.keys
+    failures = trainer.trace_step_metrics()  # what on_step_end logs (after verl's weight sync)
+    assert failures["trace/failed_prompts"] == 1
+    # 2 roots ran; every replay restored the env and raised: N * m = 4 replays were allocated and started
+    assert failures["trace/failed_rollouts"] == 2 + N * 2
     assert run.manager.held_episodes() == 0
+    assert prompt_keys("train") == set()  # both groups consumed, the failed one included
+    tq.kv_clear(keys=meta.keys, partition_id="train")
+
+
+def test_a_step_whose_every_prompt_failed_stops_with_a_clear_error(run):  # type: ignore[no-untyped-def]
+    """When every prompt of a step fails there is no row to train on: the step stops with an error that says so
+    (not verl's advice to enable the refill that TRACE refuses), after removing the failed group."""
+    from trace_rl.integrations.verl.trainer import FailedStepError
+
+    task = Task(id="fails", env="parity", prompt="Count to 4.", metadata={"fail_replays": True})
+    with pytest.raises(FailedStepError, match="every prompt selected for this step failed"):
+        submit_tasks(run, [task], m=2)
+    (failed,) = run.manager.pop_failed()
+    assert failed["rollouts"] == 2 + N * 2 and failed["rows_removed"] == 2  # the roots' rows
+    assert run.manager.pop_finished() == []
+    assert run.manager.held_episodes() == 0
+    assert prompt_keys("train") == set()

@@ -7,12 +7,13 @@ cleanup), the replay buffer and the update are verl's:
 - `prepare_step`: fetch a candidate pool (``trace.candidate_pool`` prompts), score each prompt with the shared
   predictor (v_i), solve ``allocate_roots(v, M, min_rollouts, max_rollouts, max_active)`` and submit only the
   prompts with m_i > 0, each with ``__rollout_n__ = m_i`` (the agent-loop worker then adds N * m_i replays).
-- `_step_once`: sample exactly the submitted (active) prompt groups from verl's ``ReplayBuffer``, so it never
-  waits for skipped prompts.
+- `_step_once`: sample exactly the submitted (active) prompt groups from the replay buffer, so it never waits for
+  skipped prompts. The buffer is `TraceReplayBuffer`: verl's sync ``ReplayBuffer`` that drops a failed prompt's
+  group from the step's selection (the step trains on the other prompts).
 - `_compute_advantage`: for ``trace_treerpo`` / ``trace_tree_grpo``, fetch each row's tree layout from
   TransferQueue and run verl's own ``_compute_advantage`` with it (`estimators.tree_layouts`).
-- `on_step_end`: verl's weight sync, then one predictor update on the finished trees' nodes (target: mean leaf
-  reward below the node) and TRACE metrics (``trace/*``).
+- `on_step_end`: verl's weight sync, then `trace_step_metrics`: one predictor update on the finished trees' nodes
+  (target: mean leaf reward below the node) and TRACE metrics (``trace/*``, failed prompts included).
 
 verl checks ``trainer_mode == "sync"`` in several places (replay buffer class, checkpoint and prompt persistence),
 so the trainer runs with ``self.trainer_mode = "sync"`` once constructed: it is verl's sync mode plus the above.
@@ -22,7 +23,8 @@ Epochs: a step reads ``trace.candidate_pool`` prompts, so `_init_dataloader` set
 len(train dataset) // candidate_pool (and the step total from it, unless ``trainer.total_training_steps`` is
 set): one epoch is one pass over the data, whatever the pool. Refused settings (they cannot take effect within the
 root plan): ``trainer.v1.sampler.sync_refill_failed_groups`` (refills would run ``rollout.n`` sessions of new
-prompts outside it) and ``algorithm.filter_groups.enable`` (DAPO refills, likewise). Needs verl >= 0.9.1
+prompts outside it), ``algorithm.filter_groups.enable`` (DAPO refills, likewise) and
+``trainer.v1.sampler.custom_sampler`` (the failed-prompt rule lives in `TraceReplayBuffer`). Needs verl >= 0.9.1
 (`check_verl_version`).
 """
 
@@ -37,6 +39,7 @@ import ray
 import torch
 import transfer_queue as tq
 from omegaconf import OmegaConf
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
@@ -93,6 +96,68 @@ def refuse_unsupported(config: Any) -> None:
             "trace_sync cannot use algorithm.filter_groups (DAPO refills submit prompts outside the root plan; "
             "TRACE's root allocation replaces that filter)"
         )
+    custom = OmegaConf.select(config, "trainer.v1.sampler.custom_sampler", default=None)
+    if custom is not None and custom.get("path") and custom.get("name"):
+        raise ValueError(
+            "trace_sync cannot use trainer.v1.sampler.custom_sampler: its replay buffer is TraceReplayBuffer, "
+            "which drops failed prompts from a step (docs/integrations.md); to customise sampling, return a "
+            "TraceReplayBuffer subclass from a TraceTrainer subclass's _build_replay_buffer"
+        )
+
+
+class FailedStepError(RuntimeError):
+    """Every prompt group a step selected failed: the step has no row to train on."""
+
+
+class TraceReplayBuffer(ReplayBuffer):  # type: ignore[misc]
+    """verl's synchronous ``ReplayBuffer`` with TRACE's rule for failed prompts.
+
+    verl 0.9.1 selects terminal groups (uid tagged ``finished`` or ``failure``) in `_select_prompt_uids`, then
+    `sample` raises "selected terminal groups with no materializable trajectories" when no selected group has a
+    row, unless ``sync_refill_failed_groups`` refills failed groups with new prompts (outside TRACE's root plan,
+    so `TraceTrainer` refuses it). Here, in the ``train`` partition, a selected group tagged ``failure`` is removed
+    from the selection and from TransferQueue (its prompt key and any row left; `TraceAgentLoopWorker` already
+    removed its sessions' rows) before verl materializes the batch: the step trains on the other selected
+    prompts, nothing is refilled, no partial tree is trained on. The count is reported under verl's own metric
+    ``training/rollout_failure/evicted_samples``. Validation (``val``) keeps verl's behaviour.
+
+    Raises:
+        FailedStepError: from `sample`, when every selected group failed (nothing to train on; the failed groups
+            are removed first, so nothing stays behind in TransferQueue).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._dropped_failed = 0  # failed groups dropped from the current sample's selection
+
+    def _select_prompt_uids(
+        self, partition_id: str, sampleable_keys: set[str], batch_size: int
+    ) -> tuple[list[str], dict[str, dict], dict[str, int]]:
+        selected, partition, steps = super()._select_prompt_uids(partition_id, sampleable_keys, batch_size)
+        if partition_id == "val":
+            return selected, partition, steps
+        failed = {uid for uid in selected if uid in self.failure_keys[partition_id]}
+        if failed:
+            self._clear_groups(partition_id, failed)
+            self._dropped_failed += len(failed)
+            selected = [uid for uid in selected if uid not in failed]
+        if not selected:
+            raise FailedStepError(
+                f"every prompt selected for this step failed ({len(failed)} prompt group(s); the sessions' errors "
+                "are in the agent-loop workers' log): no row to train on. A failed prompt is dropped from its "
+                "step and the other prompts train (docs/integrations.md); when all fail, the cause is systemic "
+                "(a server or environment down)"
+            )
+        return selected, partition, steps
+
+    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[Any, dict]:
+        """verl's sync `sample` with failed groups dropped from the selection (class doc)."""
+        self._dropped_failed = 0
+        batch, metrics = super().sample(global_steps, partition_id, batch_size)
+        if self._dropped_failed:
+            key = f"{self._metrics_prefix(partition_id)}/rollout_failure/evicted_samples"
+            metrics[key] = metrics.get(key, 0) + self._dropped_failed
+        return batch, metrics
 
 
 def prompt_text(row: dict[str, Any]) -> str:
@@ -175,8 +240,17 @@ class TraceTrainer(PPOTrainerSync):  # type: ignore[misc]
                         optim.total_training_steps = self.total_training_steps * self.parameter_sync_step
 
     def _build_replay_buffer(self) -> Any:
+        """A `TraceReplayBuffer` with verl's sampler settings and no refill function: the settings that refill
+        (DAPO, ``sync_refill_failed_groups``) and custom samplers are refused at construction."""
         self.trainer_mode = "sync"  # verl's sync mode everywhere it asks (module doc)
-        return super()._build_replay_buffer()
+        sampler = self.config.trainer.v1.sampler
+        return TraceReplayBuffer(
+            trainer_mode=self.trainer_mode,
+            trainer_config=self.config.trainer.v1.get(self.trainer_mode, {}),
+            max_off_policy_threshold=sampler.max_off_policy_threshold,
+            max_off_policy_strategy=sampler.max_off_policy_strategy,
+            sampler_kwargs=sampler.sampler_kwargs,
+        )
 
     def init(self) -> None:
         super().init()
@@ -248,8 +322,20 @@ class TraceTrainer(PPOTrainerSync):  # type: ignore[misc]
             out["trace/replay_budget"] = float(sum(r["replay_budget"] for r in finished))
         return out
 
+    def trace_step_metrics(self) -> dict[str, float]:
+        """The step's TRACE metrics, from the prompts the workers finished or failed since the last call.
+
+        Runs `update_predictor` on the finished trees and adds ``trace/failed_prompts`` (prompts dropped from
+        the step because a session raised) and ``trace/failed_rollouts`` (the sessions those prompts started:
+        they generated tokens, so they count as spent even though no row of theirs is trained on).
+        """
+        metrics = self.update_predictor(self.agent_loop_manager.pop_finished())
+        failed = self.agent_loop_manager.pop_failed()
+        metrics["trace/failed_prompts"] = float(len(failed))
+        metrics["trace/failed_rollouts"] = float(sum(rec["rollouts"] for rec in failed))
+        return metrics
+
     def on_step_end(self) -> None:
         super().on_step_end()  # verl's weight sync to the rollout replicas
-        metrics = self.update_predictor(self.agent_loop_manager.pop_finished())
-        metrics["trace/failed_prompts"] = float(len(self.agent_loop_manager.pop_failed()))
+        metrics = self.trace_step_metrics()
         self._pending_sync_metrics = {**(getattr(self, "_pending_sync_metrics", None) or {}), **metrics}

@@ -18,8 +18,10 @@ scheduler calls), with the replay allocator of `trace_rl.train.prefixes.replay_a
    environment snapshot), with the same request id (the uid) as the roots: verl's sticky routing sends them to
    the replica holding the prefix in its cache. A prompt whose roots have no turn prefix spends the budget on
    fresh root sessions instead (docs/rollout.md);
-4. tags the uid ``finished`` (``failure`` if any session raised, after every session settled) and keeps the
-   finished tree for the trainer's predictor update (`pop_finished`, examples weighted as the predictor expects).
+4. tags the uid ``finished`` and keeps the finished tree for the trainer's predictor update (`pop_finished`,
+   examples weighted as the predictor expects). If any session raised, the prompt fails: once every session
+   settled, the rows its sessions wrote are removed, the uid is tagged ``failure`` and the failure is kept for the
+   trainer's metrics (`pop_failed`); `trainer.TraceReplayBuffer` then drops the group from its step.
 
 Every session is verl's own ``_run_agent_loop`` + ``_agent_loop_postprocess`` (scoring is skipped: the trace-rl
 environment sets the reward), so rows, keys and tags are verl's; `_agent_loop_postprocess` only adds the row
@@ -122,7 +124,8 @@ class TraceAgentLoopWorker(_WorkerBase):  # type: ignore[misc, valid-type]
             str, list[str]
         ] = {}  # uid of a prompt in its TRACE stage -> row keys written so far
         self._finished: list[FinishedPrompt] = []
-        self._failed: list[str] = []  # uids whose TRACE stage failed since the last pop_failed
+        self._failed: list[dict[str, Any]] = []  # prompts whose TRACE stage failed since the last pop_failed
+        self._started: dict[str, int] = {}  # uid of a prompt in its TRACE stage -> sessions started so far
         self._predictor: Any = None  # the shared predictor actor, looked up on first use
 
     async def _agent_loop_postprocess(self, output: Any, validate: Any, **kwargs: Any) -> Any:
@@ -150,15 +153,16 @@ class TraceAgentLoopWorker(_WorkerBase):  # type: ignore[misc, valid-type]
         """A ``trace_agent`` training prompt runs the TRACE stage; anything else verl's own ``_run_prompt``.
 
         A failed session fails the prompt: once every session settled, the rows its sessions already wrote are
-        removed and the uid is tagged ``failure``, so verl's sync ReplayBuffer hands the trainer an empty group
-        for it (no partial tree is trained on) and nothing outside the root plan is sampled for it
-        (`TraceTrainer` refuses ``sync_refill_failed_groups``, whose refills would run ``rollout.n`` sessions).
+        removed, the uid is tagged ``failure`` and a record goes to `pop_failed`. `trainer.TraceReplayBuffer`
+        drops the group from its step (the other prompts train; no partial tree is trained on) and nothing
+        outside the root plan is sampled for it (`TraceTrainer` refuses ``sync_refill_failed_groups``).
         """
         if trajectory["validate"] or prompt.get("agent_name") != TRACE_AGENT:
             return await super()._run_prompt(prompt, sampling_params, trajectory, trace)
         uid = str(prompt["uid"])
         await tq.async_kv_put(key=uid, partition_id="train", tag={"status": "running"})
         self._expanding[uid] = []
+        self._started[uid] = 0
         status = "failure"
         try:
             m = int(prompt.pop("__rollout_n__", self.config.actor_rollout_ref.rollout.n))
@@ -171,8 +175,9 @@ class TraceAgentLoopWorker(_WorkerBase):  # type: ignore[misc, valid-type]
             for key in [k for k in self._episodes if k[0] == uid]:
                 del self._episodes[key]
             written = self._expanding.pop(uid, [])
+            started = self._started.pop(uid, 0)
             if status == "failure":
-                self._failed.append(uid)
+                self._failed.append({"uid": uid, "rollouts": started, "rows_removed": len(written)})
                 if written:
                     await tq.async_kv_clear(keys=written, partition_id="train")
             await tq.async_kv_put(key=uid, partition_id="train", tag={"status": status})
@@ -181,8 +186,10 @@ class TraceAgentLoopWorker(_WorkerBase):  # type: ignore[misc, valid-type]
         """Episodes the worker holds now (0 between steps: nothing accumulates)."""
         return len(self._episodes)
 
-    def pop_failed(self) -> list[str]:
-        """uids whose TRACE stage failed since the last call (their rows were removed)."""
+    def pop_failed(self) -> list[dict[str, Any]]:
+        """The prompts whose TRACE stage failed since the last call, one record each: ``uid``; ``rollouts``, the
+        sessions (roots, replays, fresh rollouts) it started, each of which generated tokens, so each counts as
+        spent; ``rows_removed``, the rows its finished sessions had written, removed from TransferQueue."""
         out, self._failed = self._failed, []
         return out
 
@@ -197,6 +204,7 @@ class TraceAgentLoopWorker(_WorkerBase):  # type: ignore[misc, valid-type]
     ) -> list[Episode]:
         """Run sessions (session id, prefix) concurrently through verl's ``_run_agent_loop``; every session
         settles before the first error, if any, is raised."""
+        self._started[uid] = self._started.get(uid, 0) + len(specs)
         tasks = [
             asyncio.create_task(
                 self._run_agent_loop(
@@ -306,10 +314,10 @@ class TraceAgentLoopManager(AgentLoopManagerTQ):  # type: ignore[misc]
         parts = ray.get([w.pop_finished.remote() for w in self.agent_loop_workers])
         return [rec for part in parts for rec in part]
 
-    def pop_failed(self) -> list[str]:
+    def pop_failed(self) -> list[dict[str, Any]]:
         """`TraceAgentLoopWorker.pop_failed` over every worker."""
         parts = ray.get([w.pop_failed.remote() for w in self.agent_loop_workers])
-        return [uid for part in parts for uid in part]
+        return [rec for part in parts for rec in part]
 
     def held_episodes(self) -> int:
         """Episodes held by all workers now (`TraceAgentLoopWorker.held_episodes`)."""
