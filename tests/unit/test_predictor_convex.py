@@ -128,7 +128,7 @@ def test_the_prior_of_a_stored_text_is_the_estimate_of_a_head_fitted_without_its
     outcomes arrived (held out), so flipping those outcomes moves its posterior through s and n only."""
     import copy
 
-    from trace_rl.predictor.convex import fit_binomial_logistic
+    from trace_rl.predictor.convex import fit_binomial_logistic, linear_scores
 
     texts, succ, trials = prompts_and_prefixes(seed=11)
     target = texts[120]  # a prompt of the second update (texts[121] is its prefix)
@@ -153,8 +153,7 @@ def test_the_prior_of_a_stored_text_is_the_estimate_of_a_head_fitted_without_its
     beta, b0 = fit_binomial_logistic(
         before._features(texts[:120]), succ[:120], trials[:120], a.config.c, max_iter=2000
     )
-    x = a._features([target])
-    reference = 1.0 / (1.0 + np.exp(-(float(np.asarray(x @ beta).ravel()[0]) + b0)))
+    reference = 1.0 / (1.0 + np.exp(-(float(linear_scores(a._features([target]), beta)[0]) + b0)))
     assert held_out == pytest.approx(reference, abs=2e-3)
     # the current head did see the target's outcomes: it is not the prior (the double count this rules out)
     assert abs(float(a.text_estimate([target])[0]) - float(b.text_estimate([target])[0])) > 0.02
@@ -247,6 +246,39 @@ def test_updates_per_step_is_a_count_for_gradient_predictors():
     online = OnlineTrainer(pred, OnlineConfig(batch_size=30, updates_per_step=8))  # type: ignore[arg-type]
     online.observe_step([NodeExample(f"p{i}", 0.5, 0) for i in range(8)])
     assert pred.calls == 8  # 8 prompts / 30 slots would give 1 under the passes rule
+
+
+def test_binomial_fit_on_column_blocks_with_empty_columns_matches_scikit_learn():
+    """A sparse block with never-used columns beside a dense block: the fit restricted to the used columns is the
+    full problem's optimum (sklearn on the whole matrix), and the unused columns come back exactly 0."""
+    from scipy import sparse
+    from sklearn.linear_model import LogisticRegression
+
+    from trace_rl.predictor.convex import fit_binomial_logistic, linear_scores
+
+    rng = np.random.default_rng(3)
+    counts = rng.poisson(0.6, size=(80, 12)).astype(float)
+    counts[:, [2, 7, 11]] = 0.0  # hashed n-gram columns no kept text uses
+    dense = rng.normal(size=(80, 4))
+    full = np.hstack([counts, dense])
+    trials = rng.integers(1, 9, size=80).astype(float)
+    p = 1 / (1 + np.exp(-(full @ rng.normal(size=16) * 0.5)))
+    succ = rng.binomial(trials.astype(int), p).astype(float)
+    blocks = (sparse.csr_matrix(counts), dense)
+    beta, b0 = fit_binomial_logistic(blocks, succ, trials, 3.0, max_iter=500)
+    ref = LogisticRegression(C=3.0, max_iter=5000, tol=1e-10).fit(
+        np.vstack([full, full]), np.r_[np.ones(80), np.zeros(80)], sample_weight=np.r_[succ, trials - succ]
+    )
+    assert beta.shape == (16,)
+    assert np.all(beta[[2, 7, 11]] == 0.0)
+    np.testing.assert_allclose(beta, ref.coef_[0], atol=5e-3)  # L-BFGS-B stops at gtol 1e-4
+    assert b0 == pytest.approx(float(ref.intercept_[0]), abs=5e-3)
+    np.testing.assert_allclose(linear_scores(blocks, beta), full @ beta)
+    # a warm start from a full-width solution is accepted and lands on the same optimum
+    again, _ = fit_binomial_logistic(blocks, succ, trials, 3.0, init=(beta, b0), max_iter=500)
+    np.testing.assert_allclose(again, beta, atol=1e-3)
+    with pytest.raises(ValueError, match="columns"):
+        linear_scores(blocks, beta[:-1])
 
 
 def test_binomial_fit_matches_scikit_learn_on_duplicated_rows():

@@ -165,17 +165,40 @@ def fit_binomial_logistic(
     penalised): the objective of scikit-learn's ``LogisticRegression(C=c)`` on rows duplicated as s_i
     successes and n_i - s_i failures, at half the cost (no duplicated rows).
 
+    Two things keep a refit cheap without changing its optimum: a column without a stored entry has gradient
+    ``beta_j`` only, so its exact optimum is 0 and L-BFGS-B runs on the other columns (hashed n-gram counts use a
+    few thousand of their 16,384 columns); and ``x`` may come as column blocks, each multiplied in its own format
+    (sparse n-gram counts, a dense embedding: a dense block stored as sparse costs about 10x per product).
+
     Args:
-        x: (N, F) features (scipy sparse or dense). successes, trials: (N,) weighted counts, 0 <= s <= n.
-        c: inverse regularisation strength (> 0). init: (beta, b0) to start from (warm start).
+        x: (N, F) features: a scipy sparse matrix, a dense array, or a tuple of such blocks (N, F_k) side by side
+            (F = sum F_k, columns in block order). successes, trials: (N,) weighted counts, 0 <= s <= n.
+        c: inverse regularisation strength (> 0). init: (beta (F,), b0) to start from (warm start).
 
     Returns:
-        (beta float64 (F,), b0).
+        (beta float64 (F,), b0); 0 in every column without a stored entry.
     """
+    from scipy import sparse
     from scipy.optimize import minimize
 
-    n_features = x.shape[1]
-    start = np.zeros(n_features + 1) if init is None else np.r_[init[0], init[1]]
+    blocks: list[Any] = []  # (global column ids, x restricted to them, its transpose, row-major)
+    offset = 0
+    for block in x if isinstance(x, tuple) else (x,):
+        if sparse.issparse(block):
+            xb = sparse.csr_matrix(block, dtype=np.float64)
+            cols = np.flatnonzero(xb.getnnz(axis=0))
+            xa = xb[:, cols]
+            xat = xa.T.tocsr()
+        else:
+            arr = np.asarray(block, dtype=np.float64)
+            cols = np.flatnonzero(np.any(arr != 0, axis=0))
+            xa = np.ascontiguousarray(arr[:, cols])
+            xat = np.ascontiguousarray(xa.T)
+        blocks.append((offset + cols, xa, xat))
+        offset += block.shape[1]
+    active = np.concatenate([b[0] for b in blocks])
+    bounds = np.cumsum([0] + [len(b[0]) for b in blocks])
+    start = np.zeros(len(active) + 1) if init is None else np.r_[init[0][active], init[1]]
 
     # the same objective divided by c * sum(n) (same optimum, gradients of order 1: the scaling scikit-learn uses)
     scale = 1.0 / max(float(np.sum(trials)), 1e-12)
@@ -183,11 +206,15 @@ def fit_binomial_logistic(
 
     def objective(theta: FloatArray) -> tuple[float, FloatArray]:
         beta, b0 = theta[:-1], theta[-1]
-        z = np.asarray(x @ beta).ravel() + b0
+        z = np.full(len(trials), b0)
+        for (_, xa, _), lo, hi in zip(blocks, bounds[:-1], bounds[1:], strict=True):
+            z += np.asarray(xa @ beta[lo:hi]).ravel()
         loss = float(np.sum(trials * np.logaddexp(0.0, z) - successes * z))
         resid = trials / (1.0 + np.exp(-z)) - successes  # d loss / d z
         grad = np.empty_like(theta)
-        grad[:-1] = scale * np.asarray(x.T @ resid).ravel() + ridge * beta
+        for (_, _, xat), lo, hi in zip(blocks, bounds[:-1], bounds[1:], strict=True):
+            grad[lo:hi] = scale * np.asarray(xat @ resid).ravel()
+        grad[:-1] += ridge * beta
         grad[-1] = scale * float(resid.sum())
         return scale * loss + 0.5 * ridge * float(beta @ beta), grad
 
@@ -195,7 +222,28 @@ def fit_binomial_logistic(
         objective, start, jac=True, method="L-BFGS-B", options={"maxiter": max_iter, "gtol": 1e-4}
     )
     theta = np.asarray(result.x, dtype=np.float64)
-    return theta[:-1], float(theta[-1])
+    beta = np.zeros(offset)
+    beta[active] = theta[:-1]
+    return beta, float(theta[-1])
+
+
+def linear_scores(x: Any, beta: FloatArray) -> FloatArray:
+    """``x @ beta`` for features as :func:`fit_binomial_logistic` takes them (a matrix or a tuple of column
+    blocks), float64 (N,).
+
+    Raises:
+        ValueError: the blocks' columns do not add up to ``len(beta)``.
+    """
+    blocks = x if isinstance(x, tuple) else (x,)
+    width = sum(block.shape[1] for block in blocks)
+    if not blocks or width != len(beta):
+        raise ValueError(f"features have {width} columns, beta has {len(beta)}")
+    out = np.zeros(blocks[0].shape[0])
+    lo = 0
+    for block in blocks:
+        out += np.asarray(block @ beta[lo : lo + block.shape[1]], dtype=np.float64).ravel()
+        lo += block.shape[1]
+    return out
 
 
 def _is_prefix(text: str) -> bool:
@@ -219,7 +267,7 @@ class _Batch:
     Attributes:
         version: the update's number (1 for the first).
         texts: distinct texts (N,). successes, trials: float64 (N,) weighted counts summed over the call.
-        x: (N, F) features (scipy sparse).
+        x: the (N, F) features as column blocks (see :meth:`ConvexSuccessPredictor._features`).
     """
 
     version: int
@@ -311,10 +359,10 @@ class ConvexSuccessPredictor:
         )
 
     # ------------------------------------------------------------------ features
-    def _features(self, texts: list[str]) -> Any:
-        from scipy import sparse
-
-        parts = []
+    def _features(self, texts: list[str]) -> tuple[Any, ...]:
+        """The (N, F) features as column blocks: scaled n-gram counts (scipy CSR, N x n_features) and/or the
+        prompt block's frozen embedding (dense float64, N x H), in that order (:func:`fit_binomial_logistic`)."""
+        parts: list[Any] = []
         if "ngram" in self.config.features:
             parts.append(self._hasher.transform(texts) * (self._scale or 1.0))
         if "minilm" in self.config.features:
@@ -326,8 +374,8 @@ class ConvexSuccessPredictor:
                 chunk = missing[lo : lo + self.config.embed_batch]
                 for k, e in zip(chunk, np.asarray(self._encoder(chunk), dtype=np.float64), strict=True):
                     self._embed_cache[k] = e
-            parts.append(sparse.csr_matrix(np.stack([self._embed_cache[k] for k in keys])))
-        return parts[0] if len(parts) == 1 else sparse.hstack(parts, format="csr")
+            parts.append(np.stack([self._embed_cache[k] for k in keys]))
+        return tuple(parts)
 
     def _set_scale(self, texts: list[str]) -> None:
         """Fix the n-gram scale once, at the first update: a median text of that batch gets unit feature norm
@@ -363,7 +411,7 @@ class ConvexSuccessPredictor:
         else:
             x = self._features(items) if features is None else features
             beta, b0 = self._model
-            out = 1.0 / (1.0 + np.exp(-(np.asarray(x @ beta).ravel() + b0)))
+            out = 1.0 / (1.0 + np.exp(-(linear_scores(x, beta) + b0)))
         return np.clip(out, self.config.eps, 1.0 - self.config.eps)
 
     def prior_estimate(self, texts: Sequence[str]) -> FloatArray:
@@ -540,7 +588,12 @@ class ConvexSuccessPredictor:
                     1
                 ):  # a small problem: thread start-up costs more than it saves (10-25x)
                     self._model = fit_binomial_logistic(
-                        sparse.vstack([b.x for b in batches], format="csr"),
+                        tuple(
+                            sparse.vstack(blocks, format="csr")
+                            if sparse.issparse(blocks[0])
+                            else np.concatenate(blocks)
+                            for blocks in zip(*(b.x for b in batches), strict=True)
+                        ),
                         succ,
                         trials,
                         self.config.c,
