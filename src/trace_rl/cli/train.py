@@ -13,6 +13,8 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
+    from trace_rl.allocation import METHODS
+
     p = sub.add_parser("train", help="train a policy with TRACE or a baseline at equal budget")
     src = p.add_mutually_exclusive_group()
     src.add_argument(
@@ -27,7 +29,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--method",
         default=None,
-        help="grpo, pcl, knapsack, treepo, trace, trace_root_only, trace_prefix_only, trace_fresh",
+        help=f"one of {', '.join(METHODS)} (default: the preset's)",
     )
     p.add_argument("--steps", type=int, default=None, help="training steps")
     p.add_argument("--seed", type=int, default=None, help="random seed")
