@@ -166,10 +166,13 @@ def fit_binomial_logistic(
     penalised): the objective of scikit-learn's ``LogisticRegression(C=c)`` on rows duplicated as s_i
     successes and n_i - s_i failures, at half the cost (no duplicated rows).
 
-    Two things keep a refit cheap without changing its optimum: a column without a stored entry has gradient
-    ``beta_j`` only, so its exact optimum is 0 and L-BFGS-B runs on the other columns (hashed n-gram counts use a
-    few thousand of their 16,384 columns); and ``x`` may come as column blocks, each multiplied in its own format
-    (sparse n-gram counts, a dense embedding: a dense block stored as sparse costs about 10x per product).
+    Three things keep a refit cheap without changing its optimum (docs/benchmarks.md: 3.2x less CPU for
+    ``ngram+minilm``): a column without a stored entry has gradient ``beta_j`` only, so its exact optimum is 0 and
+    L-BFGS-B runs on the other columns (hashed n-gram counts use a few thousand of their 16,384 columns); ``x`` may
+    come as column blocks, each multiplied in its own format (sparse n-gram counts, a dense embedding: a dense block
+    stored as sparse costs about 10x per product); and the search runs in centred, Jacobi-scaled coordinates (an
+    exact change of variables, see the code), where a capped number of iterations lands about 10x closer to the
+    optimum.
 
     Args:
         x: (N, F) features: a scipy sparse matrix, a dense array, or a tuple of such blocks (N, F_k) side by side
