@@ -31,6 +31,12 @@ The effective-ratio headroom of an allocation over TreePO's random branching is
         [--prompts 64 --roots 8 --replays 4 --continuations 2 --out anchors.json]
 
 Needs a warm-started policy folder (a run's ``sft/policy``): an untrained policy has nothing to flip.
+
+``--out`` writes the summary and ``prompts_data``: per prompt ``task`` (id), ``roots`` (root rewards), ``text`` (the
+prompt's predictor text, `serialize_anchor` with ``--max-chars``), ``prompt_ids`` (its token ids) and ``anchors``,
+each with ``depth``, ``reward`` (its rollout's reward), ``replays`` (the replays' rewards), ``text`` (the anchor's
+predictor text) and ``prefix_ids`` (the token context at its save point, what every replay started from).
+``benchmarks/prefix_predictor.py`` scores success predictors on these anchors.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ import numpy as np
 
 def collect(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Root rollouts and K replays from every anchor; one record per prompt."""
+    from trace_rl.predictor import serialize_anchor
     from trace_rl.rollout.scheduler import run_plan
     from trace_rl.train.config import load_config
     from trace_rl.train.run import Trainer
@@ -61,6 +68,7 @@ def collect(args: argparse.Namespace) -> list[dict[str, Any]]:
         f"threads={args.threads}",
     ]
     cfg = load_config(preset=args.preset, overrides=overrides)
+    max_chars = args.max_chars
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(cfg, tmp, log=lambda s: None)
         trainer.setup()  # the trainer's engine, environment, codec and sampling settings
@@ -93,18 +101,34 @@ def collect(args: argparse.Namespace) -> list[dict[str, Any]]:
     prompts = []
     for r in results:
         leaf_of = r.tree.chain_leaf()
-        outcome = {}
+        outcome: dict[int, list[float]] = {}
+        prefix_ids: dict[int, list[int]] = {}
         for node, ep in r.replays:
             outcome.setdefault(int(node), []).append(float(ep.reward))
+            prefix_ids.setdefault(int(node), [int(t) for t in ep.prompt_ids])  # the save point's context
         anchors = [
             {
                 "depth": int(r.tree.depth[node]),
                 "reward": float(r.tree.reward[int(leaf_of[node])]),
                 "replays": rewards,
+                "text": serialize_anchor(
+                    r.task.prompt,
+                    [r.tree.turns[int(y)] for y in r.tree.path_to(node)[1:]],
+                    max_chars=max_chars,
+                ),
+                "prefix_ids": prefix_ids[node],
             }
             for node, rewards in sorted(outcome.items())
         ]
-        prompts.append({"task": r.task.id, "roots": [float(e.reward) for e in r.roots], "anchors": anchors})
+        prompts.append(
+            {
+                "task": r.task.id,
+                "roots": [float(e.reward) for e in r.roots],
+                "anchors": anchors,
+                "text": serialize_anchor(r.task.prompt, [], max_chars=max_chars),
+                "prompt_ids": [int(t) for t in r.roots[0].prompt_ids],
+            }
+        )
     return prompts
 
 
@@ -237,6 +261,12 @@ def main() -> None:
     ap.add_argument("--continuations", type=int, default=2, help="N: a tree's local budget is N * M replays")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--max-chars",
+        type=int,
+        default=1024,
+        help="serialization budget of the saved predictor texts (the convex predictors' max_chars)",
+    )
     ap.add_argument("--out", type=Path, help="write the per-anchor outcomes and the summary here (JSON)")
     ap.add_argument(
         "--load", type=Path, help="summarise outcomes written earlier by --out instead of sampling"

@@ -51,6 +51,8 @@ FloatArray = npt.NDArray[np.float64]
 STATE_FORMAT = 2
 #: Grid of Beta prior strengths searched when fitting kappa (log-spaced, 0.1 .. 1000).
 KAPPA_GRID = np.logspace(-1, 3, 41)
+#: Feature sets of :class:`ConvexConfig` (column blocks in this order: n-grams, MiniLM, policy state).
+FEATURE_SETS = ("ngram", "minilm", "ngram+minilm", "state", "ngram+minilm+state")
 #: serialize_anchor marks every turn of a prefix with "[TURN t]" (or says how many it omitted).
 _TURN_MARKS = ("\n[TURN ", " EARLIER TURNS OMITTED]\n")
 
@@ -60,7 +62,9 @@ class ConvexConfig:
     """Hyper-parameters of :class:`ConvexSuccessPredictor`.
 
     Attributes:
-        features: "ngram", "minilm" or "ngram+minilm" (concatenated).
+        features: "ngram", "minilm", "ngram+minilm" (concatenated), or with the policy's hidden state at the
+            anchor (:class:`~trace_rl.predictor.policy_state.PolicyStateEncoder`, attached with
+            :meth:`ConvexSuccessPredictor.attach_state`): "state", "ngram+minilm+state".
         ngram_range: character n-gram lengths (inclusive).
         n_features: hashing dimension of the n-gram counts.
         c: inverse L2 strength of the logistic head (sklearn's ``C``); larger = weaker regularisation.
@@ -99,8 +103,8 @@ class ConvexConfig:
         lo, hi = self.ngram_range
         checks = [
             (
-                self.features in ("ngram", "minilm", "ngram+minilm"),
-                "features must be ngram, minilm or ngram+minilm",
+                self.features in FEATURE_SETS,
+                f"features must be one of {', '.join(FEATURE_SETS)}",
             ),
             (1 <= lo <= hi <= 8, "ngram_range must satisfy 1 <= low <= high <= 8"),
             (self.n_features >= 16, "n_features must be >= 16"),
@@ -290,6 +294,8 @@ class _Batch:
         version: the update's number (1 for the first).
         texts: distinct texts (N,). successes, trials: float64 (N,) weighted counts summed over the call.
         x: the (N, F) features as column blocks (see :meth:`ConvexSuccessPredictor._features`).
+        states: the policy-state block of ``x`` (N, F_s) as computed at the update (None without one): kept in
+            the state dict, since the policy that produced it is gone by the time a run resumes.
     """
 
     version: int
@@ -297,6 +303,7 @@ class _Batch:
     successes: FloatArray
     trials: FloatArray
     x: Any
+    states: FloatArray | None = None
 
 
 class ConvexSuccessPredictor:
@@ -307,6 +314,9 @@ class ConvexSuccessPredictor:
         config: hyper-parameters.
         encoder: optional ``texts -> float32 (n, H)`` frozen embedding function, applied to each text's prompt
             block and cached per prompt.
+        state: optional ``texts -> float64 (n, F_s)`` policy-state function (a
+            :class:`~trace_rl.predictor.policy_state.PolicyStateEncoder`); the "state" feature sets need one
+            before their first :meth:`update` or warm :meth:`predict` (see :meth:`attach_state`).
     """
 
     #: The online trainer calls ``update`` once per RL step with all of that step's nodes (each call refits on
@@ -314,7 +324,7 @@ class ConvexSuccessPredictor:
     refits_on_update = True
     example_weighting = "leaves"
 
-    def __init__(self, name: str, config: ConvexConfig, encoder: Any = None) -> None:
+    def __init__(self, name: str, config: ConvexConfig, encoder: Any = None, state: Any = None) -> None:
         from sklearn.feature_extraction.text import HashingVectorizer
 
         if "minilm" in config.features and encoder is None:
@@ -324,6 +334,7 @@ class ConvexSuccessPredictor:
         self.prior = float(config.prior)
         self.max_chars = int(config.max_chars)
         self._encoder = encoder
+        self._state = state
         self._hasher = HashingVectorizer(
             analyzer="char",
             ngram_range=config.ngram_range,
@@ -381,9 +392,54 @@ class ConvexSuccessPredictor:
         )
 
     # ------------------------------------------------------------------ features
-    def _features(self, texts: list[str]) -> tuple[Any, ...]:
-        """The (N, F) features as column blocks: scaled n-gram counts (scipy CSR, N x n_features) and/or the
-        prompt block's frozen embedding (dense float64, N x H), in that order (:func:`fit_binomial_logistic`)."""
+    @property
+    def uses_state(self) -> bool:
+        """Whether the features include the policy's hidden state (feature sets with "state")."""
+        return "state" in self.config.features
+
+    def attach_state(self, state: Any) -> None:
+        """Give a "state" predictor its policy-state function ``texts -> float64 (n, F_s)`` (the trainer attaches
+        a :class:`~trace_rl.predictor.policy_state.PolicyStateEncoder` over its live policy).
+
+        Raises:
+            ValueError: this predictor's features do not use a policy state (the setting could not take effect).
+        """
+        if not self.uses_state:
+            raise ValueError(
+                f"predictor {self.name!r} (features {self.config.features!r}) reads no policy state"
+            )
+        self._state = state
+
+    def register_contexts(self, texts: Sequence[str], token_ids: Sequence[npt.ArrayLike]) -> None:
+        """Tell the attached policy-state function which token context each text stands for (its ``register``;
+        a no-op for predictors without a policy state, so a driver can always call it)."""
+        if self.uses_state:
+            register = getattr(self._state, "register", None)
+            if register is None:
+                raise ValueError(
+                    f"predictor {self.name!r}: attach a PolicyStateEncoder before registering contexts"
+                )
+            register(list(texts), list(token_ids))
+
+    def _state_block(self, texts: list[str]) -> FloatArray:
+        """The policy-state rows of ``texts``, each divided by its L2 norm, float64 (N, F_s)."""
+        if self._state is None:
+            raise ValueError(
+                f"predictor {self.name!r} needs the policy's state: call attach_state(PolicyStateEncoder(...)) "
+                "before it scores or trains"
+            )
+        rows = np.asarray(self._state(texts), dtype=np.float64)
+        if rows.ndim != 2 or rows.shape[0] != len(texts) or not np.all(np.isfinite(rows)):
+            raise ValueError(
+                f"the policy-state function gave {rows.shape} (or non-finite) for {len(texts)} texts"
+            )
+        return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+
+    def _features(self, texts: list[str], states: FloatArray | None = None) -> tuple[Any, ...]:
+        """The (N, F) features as column blocks: scaled n-gram counts (scipy CSR, N x n_features), the
+        prompt block's frozen embedding (dense float64, N x H) and the unit-norm policy state at the text's token
+        context (dense float64, N x F_s; ``states`` when given, e.g. restored), in that order
+        (:func:`fit_binomial_logistic`); each block only where ``features`` names it."""
         parts: list[Any] = []
         if "ngram" in self.config.features:
             parts.append(self._hasher.transform(texts) * (self._scale or 1.0))
@@ -397,6 +453,8 @@ class ConvexSuccessPredictor:
                 for k, e in zip(chunk, np.asarray(self._encoder(chunk), dtype=np.float64), strict=True):
                     self._embed_cache[k] = e
             parts.append(np.stack([self._embed_cache[k] for k in keys]))
+        if self.uses_state:
+            parts.append(self._state_block(texts) if states is None else states)
         return tuple(parts)
 
     def _set_scale(self, texts: list[str]) -> None:
@@ -551,6 +609,7 @@ class ConvexSuccessPredictor:
                 successes=np.bincount(row, weights=w * y, minlength=len(distinct)).astype(np.float64),
                 trials=np.bincount(row, weights=w, minlength=len(distinct)).astype(np.float64),
                 x=x,
+                states=x[-1] if self.uses_state else None,
             )
         )
         self._forget()
@@ -656,6 +715,7 @@ class ConvexSuccessPredictor:
                     "successes": b.successes.tolist(),
                     "trials": b.trials.tolist(),
                 }
+                | ({} if b.states is None else {"states": b.states.tolist()})
                 for b in self._batches
             ],
             "heldout": dict(self._heldout),
@@ -705,7 +765,15 @@ class ConvexSuccessPredictor:
             self._set_scale(texts)
             successes = np.asarray(b["successes"], dtype=np.float64)
             trials = np.asarray(b["trials"], dtype=np.float64)
-            self._batches.append(_Batch(int(b["version"]), texts, successes, trials, self._features(texts)))
+            states = None
+            if self.uses_state:
+                if "states" not in b:
+                    raise ValueError(
+                        "predictor state lacks the policy-state rows of a kept update ('states')"
+                    )
+                states = np.asarray(b["states"], dtype=np.float64).reshape(len(texts), -1)
+            x = self._features(texts, states)
+            self._batches.append(_Batch(int(b["version"]), texts, successes, trials, x, states))
         self.num_updates = num_updates
         heldout = {str(t): float(v) for t, v in state.get("heldout", {}).items()}
         self._heldout = {t: heldout.get(t, self.prior) for b in self._batches for t in b.texts}
@@ -719,18 +787,35 @@ class ConvexSuccessPredictor:
         self._refit(fit_head=self._model is None)
 
 
-CONVEX_NAMES = ("ngram", "minilm-head", "ngram+minilm")
-#: Inverse L2 strength per predictor, chosen by 5-fold CV on demo-task outcomes (docs/predictor.md).
-DEFAULT_C = {"ngram": 30.0, "minilm-head": 10.0, "ngram+minilm": 30.0}
+CONVEX_NAMES = ("ngram", "minilm-head", "ngram+minilm", "state-head", "ngram+minilm+state")
+#: Feature set of each convex predictor name.
+CONVEX_FEATURES = {
+    "ngram": "ngram",
+    "minilm-head": "minilm",
+    "ngram+minilm": "ngram+minilm",
+    "state-head": "state",
+    "ngram+minilm+state": "ngram+minilm+state",
+}
+#: Inverse L2 strength per predictor, chosen by 5-fold CV on demo-task outcomes (docs/predictor.md); the state
+#: predictors take ngram+minilm's (not tuned on the anchors they are measured on: docs/predictor.md).
+DEFAULT_C = {
+    "ngram": 30.0,
+    "minilm-head": 10.0,
+    "ngram+minilm": 30.0,
+    "state-head": 30.0,
+    "ngram+minilm+state": 30.0,
+}
 
 
 def build_convex_predictor(name: str, **overrides: Any) -> ConvexSuccessPredictor:
-    """Build "ngram", "minilm-head" (frozen MiniLM embeddings) or "ngram+minilm" (see ``build_predictor``).
+    """Build "ngram", "minilm-head" (frozen MiniLM embeddings), "ngram+minilm", or the policy-state predictors
+    "state-head" and "ngram+minilm+state" (see ``build_predictor``; these need
+    :meth:`ConvexSuccessPredictor.attach_state` before they score or train).
 
     Raises:
         ValueError: unknown name or option.
     """
-    features = {"ngram": "ngram", "minilm-head": "minilm", "ngram+minilm": "ngram+minilm"}.get(name)
+    features = CONVEX_FEATURES.get(name)
     if features is None:
         raise ValueError(f"unknown convex predictor {name!r}; choose one of {', '.join(CONVEX_NAMES)}")
     overrides.setdefault("c", DEFAULT_C[name])

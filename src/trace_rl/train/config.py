@@ -203,7 +203,8 @@ class PredictorSection:
 
     Attributes:
         name: backbone ("tiny", "minilm", a local Hugging Face path, or a convex predictor: "ngram",
-            "minilm-head", "ngram+minilm"; see `trace_rl.predictor.build_predictor`).
+            "minilm-head", "ngram+minilm", or with the live policy's hidden state at the anchor "state-head",
+            "ngram+minilm+state"; see `trace_rl.predictor.build_predictor`).
         prefix_share: share of prefix nodes in each predictor batch (paper: about 6%).
         buffer_steps: recent steps kept in the replay buffer of the neural predictors (the convex predictors keep
             their own window, history_window).

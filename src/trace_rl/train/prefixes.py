@@ -158,6 +158,9 @@ def replay_allocator(
             texts = [
                 serialize_anchor(task.prompt, _history(tree, a.node), max_chars=max_chars) for a in anchors
             ]
+            if getattr(predictor, "uses_state", False):  # a state-aware predictor reads the save points' ids
+                saved = [(t, p.token_ids) for t, p in zip(texts, points, strict=True) if p is not None]
+                predictor.register_contexts([t for t, _ in saved], [ids for _, ids in saved])
             values = np.asarray(await _maybe(predictor.predict(texts)), dtype=np.float64)
             if method.fresh:
                 values = await _anchor_values_async(predictor, texts, values, tree, anchors)

@@ -141,6 +141,8 @@ class Trainer:
                 seed=cfg.seed,
             ),
         )
+        if getattr(self.predictor, "uses_state", False):  # the live policy as a frozen critic backbone
+            self._attach_policy_state()
         prepare = getattr(self.predictor, "prepare", None)
         if callable(prepare):  # frozen-encoder features of the training prompts, once (not inside each step)
             from trace_rl.predictor import serialize_anchor
@@ -209,6 +211,21 @@ class Trainer:
         for p in ref.parameters():
             p.requires_grad_(False)
         return ref
+
+    def _attach_policy_state(self) -> None:
+        """Give a state-aware predictor (``ngram+minilm+state``, ``state-head``) the hidden state of this run's
+        policy object (its current weights at every call: the feature follows the policy as it trains) and the
+        token contexts of every training prompt (the probe's and the steps' prompt-level texts); the step
+        registers anchors and tree nodes as it creates them (docs/predictor.md#the-state-aware-predictor)."""
+        from trace_rl.predictor import serialize_anchor
+        from trace_rl.predictor.policy_state import PolicyStateEncoder
+
+        self.predictor.attach_state(PolicyStateEncoder(self.policy.model, pad_id=self.pad_id))
+        limit = int(getattr(self.predictor, "max_chars", 2048))
+        env = self.env_factory()
+        texts = [serialize_anchor(t.prompt, [], max_chars=limit) for t in self.tasks]
+        ids = [self.codec.prompt_ids(env.reset(t), t.tools) for t in self.tasks]
+        self.predictor.register_contexts(texts, ids)
 
     def prepare_policy_only(self) -> Path:
         """Load the training tasks and the policy and run the warm start into out/sft/policy (for compare)."""

@@ -35,6 +35,7 @@ from trace_rl.metrics import (
     signal_per_token,
 )
 from trace_rl.predictor.examples import node_examples
+from trace_rl.predictor.policy_state import node_contexts
 from trace_rl.predictor.serialize import serialize_anchor
 from trace_rl.rollout.expansion import ReplayAllocator
 from trace_rl.rollout.scheduler import PromptResult, roots_mixed, run_plan
@@ -200,6 +201,12 @@ def training_step(
         for r in generated
         for ex in node_examples(r.tree, r.task.prompt, max_chars=parts.max_chars, weighting=weighting)
     ]
+    if getattr(parts.predictor, "uses_state", False):  # the token context behind every node text it trains on
+        for r in generated:
+            if r.roots:
+                parts.predictor.register_contexts(
+                    *node_contexts(r.tree, r.task.prompt, r.roots[0].prompt_ids, max_chars=parts.max_chars)
+                )
     pred_metrics = parts.online.observe_step(examples) if examples else {}
     parts.tick("predictor", time.perf_counter() - t0)
 
