@@ -220,12 +220,13 @@ class Trainer:
         from trace_rl.predictor import serialize_anchor
         from trace_rl.predictor.policy_state import PolicyStateEncoder
 
-        self.predictor.attach_state(PolicyStateEncoder(self.policy.model, pad_id=self.pad_id))
+        predictor: Any = self.predictor  # a ConvexSuccessPredictor with a "state" feature set
+        predictor.attach_state(PolicyStateEncoder(self.policy.model, pad_id=self.pad_id))
         limit = int(getattr(self.predictor, "max_chars", 2048))
         env = self.env_factory()
         texts = [serialize_anchor(t.prompt, [], max_chars=limit) for t in self.tasks]
         ids = [self.codec.prompt_ids(env.reset(t), t.tools) for t in self.tasks]
-        self.predictor.register_contexts(texts, ids)
+        predictor.register_contexts(texts, ids)
 
     def prepare_policy_only(self) -> Path:
         """Load the training tasks and the policy and run the warm start into out/sft/policy (for compare)."""
