@@ -106,7 +106,15 @@ def test_collect_replays_every_anchor_with_the_trainers_parts() -> None:
     # smoke preset, untrained tiny policy: the outcomes are all failures, but every anchor of every root
     # rollout gets exactly K replays and each record carries what report() reads
     args = SimpleNamespace(
-        policy="tiny", preset="smoke", prompts=2, roots=2, replays=2, continuations=2, seed=0, threads=1
+        policy="tiny",
+        preset="smoke",
+        prompts=2,
+        roots=2,
+        replays=2,
+        continuations=2,
+        seed=0,
+        threads=1,
+        max_chars=4096,
     )
     prompts = bench.collect(args)
     assert len(prompts) == 2 and all(len(p["roots"]) == 2 for p in prompts)
@@ -114,5 +122,9 @@ def test_collect_replays_every_anchor_with_the_trainers_parts() -> None:
     for p in prompts:
         for a in p["anchors"]:
             assert a["depth"] >= 1 and len(a["replays"]) == 2 and a["reward"] in (0.0, 1.0)
+            # what benchmarks/prefix_predictor.py reads: the anchor's predictor text and its save point's context
+            assert a["text"].startswith(p["text"][:-1]) and f"[TURN {a['depth']}]" in a["text"]
+            assert a["prefix_ids"][: len(p["prompt_ids"])] == p["prompt_ids"]
+            assert len(a["prefix_ids"]) > len(p["prompt_ids"])
     out = bench.report(prompts, continuations=2)
     assert out["prompts"] == 2 and 0.0 <= out["unanimous_share"] <= 1.0
