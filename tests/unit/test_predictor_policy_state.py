@@ -219,3 +219,19 @@ def test_trainer_attaches_its_live_policy_and_registers_what_it_trains_on(tmp_pa
     (batch,) = t.predictor._batches  # type: ignore[attr-defined]
     assert batch.states.shape == (len(batch.texts), 2 * t.policy.model.config.hidden_size)
     assert any("[TURN 1]" in text for text in batch.texts)  # tree nodes, not only prompts, got their contexts
+
+
+def test_prepare_embeds_prompts_without_running_the_policy() -> None:
+    from trace_rl.predictor.convex import ConvexConfig, ConvexSuccessPredictor
+
+    def encoder(texts: list[str]) -> np.ndarray:
+        return np.ones((len(texts), 3))
+
+    def no_state(texts: list[str]) -> np.ndarray:
+        raise AssertionError("prepare must not compute (and discard) policy states")
+
+    pred = ConvexSuccessPredictor(
+        "ngram+minilm+state", ConvexConfig(features="ngram+minilm+state"), encoder, no_state
+    )
+    pred.prepare(["[PROMPT]\na\n", "[PROMPT]\nb\n"])
+    assert len(pred._embed_cache) == 2

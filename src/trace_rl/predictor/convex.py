@@ -435,6 +435,17 @@ class ConvexSuccessPredictor:
             )
         return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
 
+    def _embeddings(self, texts: list[str]) -> FloatArray:
+        """The frozen encoder's embedding of each text's prompt block, float64 (N, H), cached per prompt block: a
+        prefix shares its prompt's embedding, and its turns reach the head through the n-gram counts."""
+        keys = [_prompt_block(t) for t in texts]
+        missing = [k for k in dict.fromkeys(keys) if k not in self._embed_cache]
+        for lo in range(0, len(missing), self.config.embed_batch):
+            chunk = missing[lo : lo + self.config.embed_batch]
+            for k, e in zip(chunk, np.asarray(self._encoder(chunk), dtype=np.float64), strict=True):
+                self._embed_cache[k] = e
+        return np.stack([self._embed_cache[k] for k in keys])
+
     def _features(self, texts: list[str], states: FloatArray | None = None) -> tuple[Any, ...]:
         """The (N, F) features as column blocks: scaled n-gram counts (scipy CSR, N x n_features), the
         prompt block's frozen embedding (dense float64, N x H) and the unit-norm policy state at the text's token
@@ -444,15 +455,7 @@ class ConvexSuccessPredictor:
         if "ngram" in self.config.features:
             parts.append(self._hasher.transform(texts) * (self._scale or 1.0))
         if "minilm" in self.config.features:
-            # the encoder embeds the prompt block only (cached per prompt): a prefix shares its prompt's
-            # embedding, and its turns reach the head through the n-gram counts
-            keys = [_prompt_block(t) for t in texts]
-            missing = [k for k in dict.fromkeys(keys) if k not in self._embed_cache]
-            for lo in range(0, len(missing), self.config.embed_batch):
-                chunk = missing[lo : lo + self.config.embed_batch]
-                for k, e in zip(chunk, np.asarray(self._encoder(chunk), dtype=np.float64), strict=True):
-                    self._embed_cache[k] = e
-            parts.append(np.stack([self._embed_cache[k] for k in keys]))
+            parts.append(self._embeddings(texts))
         if self.uses_state:
             parts.append(self._state_block(texts) if states is None else states)
         return tuple(parts)
@@ -472,8 +475,8 @@ class ConvexSuccessPredictor:
         instead of inside every training step. Returns the seconds it took.
         """
         start = time.perf_counter()
-        if "minilm" in self.config.features:
-            self._features(validate_texts(texts))
+        if "minilm" in self.config.features:  # the embeddings only (a policy state is never cached: it moves)
+            self._embeddings(validate_texts(texts))
         return time.perf_counter() - start
 
     def text_estimate(self, texts: Sequence[str], features: Any = None) -> FloatArray:
