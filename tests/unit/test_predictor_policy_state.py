@@ -235,3 +235,37 @@ def test_prepare_embeds_prompts_without_running_the_policy() -> None:
     )
     pred.prepare(["[PROMPT]\na\n", "[PROMPT]\nb\n"])
     assert len(pred._embed_cache) == 2
+
+
+def test_replay_allocator_registers_each_anchors_save_point_before_scoring() -> None:
+    import asyncio
+
+    from trace_rl.allocation import METHODS
+    from trace_rl.predictor import serialize_anchor
+    from trace_rl.rollout.agent import SavePoint
+    from trace_rl.train.prefixes import prefix_budget, replay_allocator
+    from trace_rl.tree import RolloutTree
+    from trace_rl.types import Anchor, Task, Turn
+
+    tree = RolloutTree.new()
+    rollouts = [[Turn(text="a1"), Turn(text="a2"), Turn(text="end")], [Turn(text="b1"), Turn(text="end")]]
+    nodes = [tree.add_rollout(turns, r) for turns, r in zip(rollouts, [1.0, 0.0], strict=True)]
+    anchors = [
+        Anchor(int(nodes[0][0]), 1, 1.0),
+        Anchor(int(nodes[0][1]), 2, 1.0),
+        Anchor(int(nodes[1][0]), 1, 0.0),
+    ]
+    points = [
+        SavePoint(np.array(ids, np.int64), None, a.depth)
+        for ids, a in zip([[1, 2], [1, 2, 3], [4]], anchors, strict=True)
+    ]
+    predictor = build_predictor("state-head")
+    encoder = PolicyStateEncoder(tiny_lm())
+    predictor.attach_state(encoder)  # type: ignore[attr-defined]
+    method = METHODS["trace"]
+    budget, _ = prefix_budget(2, 0.5, method=method, accounting="paper")
+    alloc = replay_allocator(method, predictor, replay_cost=0.5, rng_of=lambda t: np.random.default_rng(0))
+    asyncio.run(alloc(Task(id="p", env="x", prompt="p"), tree, anchors, points, budget))
+    for a, point in zip(anchors, points, strict=True):
+        text = serialize_anchor("p", [tree.turns[int(y)] for y in tree.path_to(a.node)[1:]], max_chars=2048)
+        assert encoder.context(text).tolist() == point.token_ids.tolist()
