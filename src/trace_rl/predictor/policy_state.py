@@ -122,6 +122,8 @@ class PolicyStateEncoder:
         """Features float64 (n, F) of ``texts`` under the model's current weights (inference mode, no grad)."""
         import torch
 
+        from trace_rl.predictor.backbones import last_token, masked_mean
+
         contexts = [
             clip_token_ids(self.context(t).tolist(), self.max_tokens, self.max_tokens // 4) for t in texts
         ]
@@ -146,8 +148,7 @@ class PolicyStateEncoder:
                     ids, mask = ids.to(param.device), mask.to(param.device)
                     # the decoder without its LM head (``base_model``: Qwen3Model inside Qwen3ForCausalLM)
                     h = decoder(input_ids=ids, attention_mask=mask).last_hidden_state.float()  # (B, L, H)
-                    last = h[torch.arange(len(rows), device=h.device), mask.sum(1) - 1]
-                    mean = (h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+                    last, mean = last_token(h, mask.bool()), masked_mean(h, mask.bool())
                     parts = {"last": [last], "mean": [mean], "last+mean": [last, mean]}[self.pooling]
                     out[rows] = torch.cat(parts, dim=1).cpu().double().numpy()
         finally:
