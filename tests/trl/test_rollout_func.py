@@ -143,6 +143,8 @@ def test_refuses_settings_that_cannot_take_effect(tmp_path: Any) -> None:
         trace_rollout_func(tasks, policy, parity_env, TraceSettings(estimator="treerpo"))
     with pytest.raises(ValueError, match="tree methods"):
         trace_rollout_func(tasks, policy, parity_env, TraceSettings(method="grpo"))
+    with pytest.raises(ValueError, match="hidden states"):  # only trace-rl's own trainer attaches a policy
+        TraceSettings(predictor="ngram+minilm+state")
     rollout = trace_rollout_func(tasks, policy, parity_env, TraceSettings(continuations=1))
     trainer = GRPOTrainer(
         model=policy.model,

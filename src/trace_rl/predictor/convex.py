@@ -791,6 +791,9 @@ class ConvexSuccessPredictor:
 
 
 CONVEX_NAMES = ("ngram", "minilm-head", "ngram+minilm", "state-head", "ngram+minilm+state")
+#: The predictors that read the live policy's hidden state: only trace-rl's own trainer attaches a policy to them
+#: (`Trainer._attach_policy_state`); the verl and TRL adapters refuse them.
+STATE_NAMES = ("state-head", "ngram+minilm+state")
 #: Feature set of each convex predictor name.
 CONVEX_FEATURES = {
     "ngram": "ngram",

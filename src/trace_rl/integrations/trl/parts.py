@@ -69,6 +69,7 @@ class TraceSettings:
 
     def __post_init__(self) -> None:
         from trace_rl.allocation import get_method
+        from trace_rl.predictor.convex import STATE_NAMES
 
         get_method(self.method)  # ValueError listing the known methods
         if self.estimator not in ESTIMATOR_NAMES:
@@ -79,6 +80,11 @@ class TraceSettings:
             raise ValueError("max_turns, max_new_tokens and max_concurrency must be >= 1")
         if not self.temperature > 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.predictor in STATE_NAMES:
+            raise ValueError(
+                f"predictor {self.predictor!r} reads the policy's hidden states, which only trace-rl's own trainer "
+                "provides; pick another predictor (e.g. ngram+minilm) inside TRL"
+            )
 
 
 def build_step_parts(

@@ -58,6 +58,13 @@ class TraceVerlConfig:
                 f"trace.method must be one of {list(VERL_METHODS)} (verl's roots come from allocate_roots); "
                 f"got {self.method!r}"
             )
+        from trace_rl.predictor.convex import STATE_NAMES
+
+        if self.predictor in STATE_NAMES:
+            raise ValueError(
+                f"trace.predictor {self.predictor!r} reads the policy's hidden states, which only trace-rl's own "
+                "trainer provides (verl's policy lives in its workers); pick another predictor, e.g. ngram+minilm"
+            )
         if self.accounting not in ("paper", "token"):
             raise ValueError(f"trace.accounting must be 'paper' or 'token'; got {self.accounting!r}")
         if not 0.0 < float(self.replay_cost) <= 1.0:
