@@ -46,13 +46,14 @@ from trace_rl.predictor.base import (
     validate_texts,
     validate_update,
 )
+from trace_rl.predictor.names import CONVEX_FEATURES, CONVEX_NAMES, STATE_NAMES  # noqa: F401 (re-exported)
 
 FloatArray = npt.NDArray[np.float64]
 STATE_FORMAT = 2
 #: Grid of Beta prior strengths searched when fitting kappa (log-spaced, 0.1 .. 1000).
 KAPPA_GRID = np.logspace(-1, 3, 41)
 #: Feature sets of :class:`ConvexConfig` (column blocks in this order: n-grams, MiniLM, policy state).
-FEATURE_SETS = ("ngram", "minilm", "ngram+minilm", "state", "ngram+minilm+state")
+FEATURE_SETS = tuple(CONVEX_FEATURES.values())
 #: serialize_anchor marks every turn of a prefix with "[TURN t]" (or says how many it omitted).
 _TURN_MARKS = ("\n[TURN ", " EARLIER TURNS OMITTED]\n")
 
@@ -790,18 +791,6 @@ class ConvexSuccessPredictor:
         self._refit(fit_head=self._model is None)
 
 
-CONVEX_NAMES = ("ngram", "minilm-head", "ngram+minilm", "state-head", "ngram+minilm+state")
-#: The predictors that read the live policy's hidden state: only trace-rl's own trainer attaches a policy to them
-#: (`Trainer._attach_policy_state`); the verl and TRL adapters refuse them.
-STATE_NAMES = ("state-head", "ngram+minilm+state")
-#: Feature set of each convex predictor name.
-CONVEX_FEATURES = {
-    "ngram": "ngram",
-    "minilm-head": "minilm",
-    "ngram+minilm": "ngram+minilm",
-    "state-head": "state",
-    "ngram+minilm+state": "ngram+minilm+state",
-}
 #: Inverse L2 strength per predictor, chosen by 5-fold CV on demo-task outcomes (docs/predictor.md); the state
 #: predictors take ngram+minilm's (not tuned on the anchors they are measured on: docs/predictor.md).
 DEFAULT_C = {

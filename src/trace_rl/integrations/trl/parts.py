@@ -69,7 +69,7 @@ class TraceSettings:
 
     def __post_init__(self) -> None:
         from trace_rl.allocation import get_method
-        from trace_rl.predictor.convex import STATE_NAMES
+        from trace_rl.predictor.names import STATE_NAMES
 
         get_method(self.method)  # ValueError listing the known methods
         if self.estimator not in ESTIMATOR_NAMES:

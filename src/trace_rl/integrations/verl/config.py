@@ -58,7 +58,7 @@ class TraceVerlConfig:
                 f"trace.method must be one of {list(VERL_METHODS)} (verl's roots come from allocate_roots); "
                 f"got {self.method!r}"
             )
-        from trace_rl.predictor.convex import STATE_NAMES
+        from trace_rl.predictor.names import STATE_NAMES
 
         if self.predictor in STATE_NAMES:
             raise ValueError(

@@ -1,0 +1,16 @@
+"""The convex predictors' names and feature sets (no numerical imports: the verl and TRL adapters' configs read them)."""
+
+from __future__ import annotations
+
+#: Feature set of each convex predictor name (`trace_rl.predictor.convex.ConvexConfig.features`).
+CONVEX_FEATURES = {
+    "ngram": "ngram",
+    "minilm-head": "minilm",
+    "ngram+minilm": "ngram+minilm",
+    "state-head": "state",
+    "ngram+minilm+state": "ngram+minilm+state",
+}
+CONVEX_NAMES = tuple(CONVEX_FEATURES)
+#: The predictors that read the live policy's hidden state: only trace-rl's own trainer attaches a policy to them
+#: (`Trainer._attach_policy_state`); the verl and TRL adapters refuse them.
+STATE_NAMES = tuple(name for name, features in CONVEX_FEATURES.items() if "state" in features)
