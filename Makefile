@@ -116,8 +116,8 @@ contracts: install
 # and contracts; vLLM's venv, then verl's and TRL's. The three editable installs of trace-rl (.venv, .venv-verl,
 # .venv-trl) never run at once: setuptools rewrites src/trace_rl.egg-info for each.
 test-venvs: install vllm
-	@$(MAKE) --no-print-directory -j1 verl
-	@$(MAKE) --no-print-directory -j1 trl
+	@$(MAKE) --no-print-directory verl
+	@$(MAKE) --no-print-directory trl
 
 # Every part runs even when an earlier one fails (a vLLM server that will not start in tests/verl must not hide the
 # main suite), and the target fails at the end, naming the parts that failed. Slowest tests are listed for CI time.
