@@ -102,8 +102,8 @@ demo: install
 	$(BIN)/trace-rl train --preset demo --out runs/demo --overwrite --no-progress
 
 lint: install
-	$(BIN)/ruff check src tests benchmarks examples
-	$(BIN)/ruff format --check src tests benchmarks examples
+	$(BIN)/ruff check src tests benchmarks examples scripts
+	$(BIN)/ruff format --check src tests benchmarks examples scripts
 
 typecheck: install
 	$(BIN)/mypy --strict $(MYPY_STRICT)

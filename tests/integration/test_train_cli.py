@@ -390,3 +390,37 @@ def test_compare_variant_runs_a_method_with_overrides(tmp_path) -> None:
         "compare", "--preset", "smoke", "--methods", "x=trace@policy.name=tiny", "--out", str(tmp_path / "b")
     )
     assert bad.returncode == 2 and "policy.name cannot differ" in bad.stderr
+
+
+def script(name: str, *args: str) -> subprocess.CompletedProcess:
+    path = Path(__file__).resolve().parents[2] / "scripts" / name
+    return subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True, timeout=600)
+
+
+def test_compare_seeds_script_adds_the_runs_compare_would_make(tmp_path) -> None:
+    # scripts/compare_seeds.py runs only the listed seeds of a compare plan (a later session adding seeds): its
+    # seed-1 run is compare's seed-1 run, and scripts/paired_runs.py reads the same final accuracy from the logs
+    # that comparison.json holds
+    common = ("--preset", "smoke", "--steps", "1", "--set", "threads=1", "--methods", "grpo,trace")
+    full = run("compare", *common, "--seeds", "2", "--out", str(tmp_path / "full"))
+    assert full.returncode == 0, full.stderr[-2000:]
+    added = script("compare_seeds.py", *common, "--seeds", "1", "--out", str(tmp_path / "added"))
+    assert added.returncode == 0, added.stderr[-2000:]
+    assert not (tmp_path / "added" / "grpo" / "seed_0").exists()  # only the listed seed ran
+    for label in ("grpo", "trace"):
+        a, b = (train_records(tmp_path / d / label / "seed_1") for d in ("full", "added"))
+        keys = ("effective_ratio", "success_rate", "budget_spent", "tokens_generated")
+        assert [[r[k] for k in keys] for r in a] == [[r[k] for k in keys] for r in b], label
+    pair = ("--baseline", "grpo", "--methods", "trace")
+    table = script("paired_runs.py", str(tmp_path / "full"), *pair, "--seeds", "0,1")
+    assert table.returncode == 0, table.stderr[-2000:]
+    lines = table.stdout.splitlines()
+    header, rows = lines[0].split(), {tuple(x.split()[:2]): x.split() for x in lines[1:5]}
+    data = json.loads((tmp_path / "full" / "comparison.json").read_text())
+    for label in ("grpo", "trace"):
+        for seed in (0, 1):
+            final = float(rows[label, str(seed)][header.index("final")])
+            assert final == pytest.approx(data["methods"][label]["runs"][seed]["final_accuracy"], abs=5e-4)
+    assert "trace - grpo final:" in table.stdout
+    missing = script("paired_runs.py", str(tmp_path / "added"), *pair, "--seeds", "0")
+    assert missing.returncode == 2 and "no log" in missing.stderr

@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -160,6 +160,92 @@ def _run_one(run_cfg: TrainConfig, run_dir: Path, progress: bool) -> dict[str, f
     return summarize(read_metrics(run_dir / "metrics.jsonl"))
 
 
+Run = tuple[str, int, TrainConfig, Path]
+"""One run of a comparison: (label, seed, its config, its folder ROOT/<label>/seed_<seed>)."""
+
+
+def plan_runs(
+    cfg: TrainConfig,
+    variants: Sequence[tuple[str, str, tuple[str, ...]]],
+    seeds: Iterable[int],
+    root: Path,
+    *,
+    jobs: int = 1,
+    log: Callable[[str], None] = print,
+) -> tuple[TrainConfig, list[Run]]:
+    """The warm start (run once into root/warm_start/, `warm_start_once`) and every (variant, seed) run's config,
+    seed-major so that an interrupted comparison has every method at its first seeds. Returns (the config every
+    run starts from, the runs). With ``jobs`` > 1 each run gets one torch thread unless the config sets
+    ``threads``; ``total_budget`` 0 becomes ``steps`` x the per-step budget (equal generated budget: `dapo`'s steps
+    cost more, so it takes fewer).
+
+    ``variants`` are `parse_variant` results; ``seeds`` need not start at 0 (`scripts/compare_seeds.py` adds
+    seeds to a comparison run earlier).
+
+    Raises:
+        ConfigError: an invalid run config.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    base = warm_start_once(cfg, root, log)
+    if jobs > 1 and base.threads == 0:
+        base = replace(base, threads=1)
+    plan: list[Run] = []
+    for seed in seeds:
+        for label, method, overrides in variants:
+            run_cfg = with_overrides(replace(base, method=method, seed=seed), overrides)
+            if run_cfg.total_budget == 0:
+                run_cfg = replace(run_cfg, total_budget=run_cfg.steps * budget_shape(run_cfg).total)
+            validate(run_cfg)
+            plan.append((label, seed, run_cfg, root / label / f"seed_{seed}"))
+    return base, plan
+
+
+def run_plan(
+    plan: Sequence[Run], *, jobs: int = 1, progress: bool = False, log: Callable[[str], None] = print
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """Train (or read back, or resume) every run of ``plan``, ``jobs`` at a time in separate processes; each
+    run's `summarize` by (label, seed). A failed run raises at once; on a failure or an interrupt (SIGTERM
+    included) the queued runs are dropped and the running ones stopped, and a rerun resumes them.
+    """
+    summaries: dict[tuple[str, int], dict[str, Any]] = {}
+    if jobs == 1:
+        for method, seed, run_cfg, run_dir in plan:
+            log(f"== {method} seed {seed} -> {run_dir}")
+            summaries[(method, seed)] = _run_one(run_cfg, run_dir, progress)
+        return summaries
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    log(f"== {len(plan)} runs, {jobs} at a time")
+    pool = ProcessPoolExecutor(
+        max_workers=jobs,
+        mp_context=mp.get_context("spawn"),
+        initializer=_die_with_parent,
+        initargs=(os.getpid(),),
+    )
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _sigterm_to_exit) if main else None  # `kill` unwinds like ^C
+    finished = False
+    try:
+        futures = {pool.submit(_run_one, c, d, False): (m, s) for m, s, c, d in plan}
+        for future in as_completed(futures):
+            method, seed = futures[future]
+            summaries[(method, seed)] = future.result()  # a failed run raises here, at once
+            log(f"== {method} seed {seed} done")
+        finished = True
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+        # on a failure or interrupt: drop the queued runs and stop the running ones (a rerun resumes them)
+        pool.shutdown(wait=finished, cancel_futures=True)
+        if not finished:
+            for worker in mp.active_children():
+                worker.terminate()
+            for worker in mp.active_children():
+                worker.join(timeout=30)
+    return summaries
+
+
 def compare(
     cfg: TrainConfig,
     methods: Sequence[str],
@@ -197,54 +283,8 @@ def compare(
     for _, method, overrides in variants:  # every run's config is checked before the (long) warm start
         validate(with_overrides(replace(cfg, method=method), overrides))
     root = Path(out)
-    root.mkdir(parents=True, exist_ok=True)
-    base = warm_start_once(cfg, root, log)
-    if jobs > 1 and base.threads == 0:
-        base = replace(base, threads=1)
-    plan: list[tuple[str, int, TrainConfig, Path]] = []
-    for seed in range(seeds):  # seed-major: an interrupted comparison has every method at its first seeds
-        for label, method, overrides in variants:
-            run_cfg = with_overrides(replace(base, method=method, seed=seed), overrides)
-            if run_cfg.total_budget == 0:  # equal generated budget: dapo's steps cost more, so it takes fewer
-                run_cfg = replace(run_cfg, total_budget=run_cfg.steps * budget_shape(run_cfg).total)
-            validate(run_cfg)
-            plan.append((label, seed, run_cfg, root / label / f"seed_{seed}"))
-    summaries: dict[tuple[str, int], dict[str, Any]] = {}
-    if jobs == 1:
-        for method, seed, run_cfg, run_dir in plan:
-            log(f"== {method} seed {seed} -> {run_dir}")
-            summaries[(method, seed)] = _run_one(run_cfg, run_dir, progress)
-    else:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        log(f"== {len(plan)} runs, {jobs} at a time, under {root}")
-        pool = ProcessPoolExecutor(
-            max_workers=jobs,
-            mp_context=mp.get_context("spawn"),
-            initializer=_die_with_parent,
-            initargs=(os.getpid(),),
-        )
-        main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, _sigterm_to_exit) if main else None  # `kill` unwinds like ^C
-        finished = False
-        try:
-            futures = {pool.submit(_run_one, c, d, False): (m, s) for m, s, c, d in plan}
-            for future in as_completed(futures):
-                method, seed = futures[future]
-                summaries[(method, seed)] = future.result()  # a failed run raises here, at once
-                log(f"== {method} seed {seed} done")
-            finished = True
-        finally:
-            if main:
-                signal.signal(signal.SIGTERM, previous)
-            # on a failure or interrupt: drop the queued runs and stop the running ones (a rerun resumes them)
-            pool.shutdown(wait=finished, cancel_futures=True)
-            if not finished:
-                for worker in mp.active_children():
-                    worker.terminate()
-                for worker in mp.active_children():
-                    worker.join(timeout=30)
+    base, plan = plan_runs(cfg, variants, range(seeds), root, jobs=jobs, log=log)
+    summaries = run_plan(plan, jobs=jobs, progress=progress, log=log)
     # learning curves and cost as generated, read back from every run's log (finished runs included)
     logs = {(label, seed): read_metrics(run_dir / "metrics.jsonl") for label, seed, _, run_dir in plan}
     curves = {label: [learning_curve(logs[label, seed]) for seed in range(seeds)] for label in labels}

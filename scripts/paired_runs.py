@@ -1,0 +1,80 @@
+"""Paired learning-curve table of finished runs, read from their logs: ``DIR/<label>/seed_<s>/metrics.jsonl``.
+
+The same numbers `trace-rl compare` writes to comparison.json (`trace_rl.metrics.curves`: final accuracy = mean of
+the last two held-out evaluations, AUC over the range of spend every run covers, reach = the spend at which a run
+first crosses the same seed's baseline final accuracy, as a share of the baseline's spend), for runs that were
+made in pieces: seeds added in a later session by `scripts/compare_seeds.py`, or logs kept after their checkpoints
+were deleted (compare itself only reads back runs whose checkpoints are there).
+
+    python scripts/paired_runs.py runs/c22 --baseline grpo3 --methods trace3,pcl3 --seeds 0,1,2,3,4
+
+Prints one row per method and seed, then the paired differences against the baseline with their 95% Student-t
+intervals over the seeds where both runs exist. Exit status 2 when a named run has no log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from trace_rl.metrics.curves import curve_summaries, learning_curve, paired_interval, run_cost, summary_keys
+from trace_rl.train.rundir import read_metrics, summarize
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("dir", type=Path, help="folder holding <label>/seed_<s>/metrics.jsonl")
+    p.add_argument("--baseline", required=True, help="label of the baseline runs (paired against)")
+    p.add_argument("--methods", required=True, help="comma-separated labels to compare with the baseline")
+    p.add_argument("--seeds", required=True, help="comma-separated seeds, e.g. 0,1,2,3,4")
+    args = p.parse_args(argv)
+    labels = [args.baseline, *(m for m in args.methods.split(",") if m and m != args.baseline)]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    logs = {}
+    for label in labels:
+        for seed in seeds:
+            path = args.dir / label / f"seed_{seed}" / "metrics.jsonl"
+            if not path.exists():
+                print(f"no log: {path}", file=sys.stderr)
+                return 2
+            logs[label, seed] = read_metrics(path)
+    # curve_summaries indexes seeds by position: position i is seeds[i] for every label
+    curves = {label: [learning_curve(logs[label, s]) for s in seeds] for label in labels}
+    axes = ("rollouts", "tokens")
+    per_axis = {axis: curve_summaries(curves, args.baseline, axis) for axis in axes}
+    final_key = "final_accuracy"
+    columns: dict[str, dict[str, list[float]]] = {label: {} for label in labels}
+    for label in labels:
+        cols = columns[label]
+        cols["final"] = [row[final_key] for row in per_axis["rollouts"][label]]
+        for axis in axes:
+            auc, _, share = summary_keys(axis)
+            cols[f"auc_{axis}"] = [row[auc] for row in per_axis[axis][label]]
+            cols[f"reach_{axis}"] = [row[share] for row in per_axis[axis][label]]
+        cols["effective_ratio"] = [summarize(logs[label, s]).get("effective_ratio", math.nan) for s in seeds]
+        cols["tokens"] = [run_cost(logs[label, s]).get("tokens_generated_total", math.nan) for s in seeds]
+        cols["rollouts"] = [run_cost(logs[label, s]).get("rollouts_generated_total", math.nan) for s in seeds]
+        cols["steps"] = [run_cost(logs[label, s]).get("steps", math.nan) for s in seeds]
+    names = list(columns[args.baseline])
+    print("label seed " + " ".join(names))
+    for label in labels:
+        for i, seed in enumerate(seeds):
+            print(f"{label} {seed} " + " ".join(_fmt(columns[label][n][i]) for n in names))
+    print(f"paired against {args.baseline} (mean [95% t-interval], n seeds):")
+    for label in labels[1:]:
+        for n in ("final", "auc_rollouts", "auc_tokens", "effective_ratio"):
+            mean, half, k = paired_interval(columns[label][n], columns[args.baseline][n])
+            print(
+                f"{label} - {args.baseline} {n}: {mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}] n={k}"
+            )
+    return 0
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
