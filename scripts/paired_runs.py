@@ -1,4 +1,5 @@
-"""Paired learning-curve table of finished runs, read from their logs: ``DIR/<label>/seed_<s>/metrics.jsonl``.
+"""Paired learning-curve table of finished runs, read from their logs: ``DIR/<label>/seed_<s>/metrics.jsonl``
+(or ``metrics.jsonl.gz``, as the logs kept in results/ are).
 
 The same numbers `trace-rl compare` writes to comparison.json (`trace_rl.metrics.curves`: final accuracy = mean of
 the last two held-out evaluations, AUC over the range of spend every run covers, reach = the spend at which a run
@@ -36,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     for label in labels:
         for seed in seeds:
             path = args.dir / label / f"seed_{seed}" / "metrics.jsonl"
+            if not path.exists():  # a log kept compressed (results/)
+                path = path.with_name("metrics.jsonl.gz")
             if not path.exists():
                 print(f"no log: {path}", file=sys.stderr)
                 return 2

@@ -266,3 +266,24 @@ def test_summaries_on_the_rollout_equivalents_axis() -> None:
     }
     with pytest.raises(ValueError, match="unknown learning-curve axis"):
         C.summary_keys("steps")
+
+
+def test_read_metrics_reads_a_compressed_log_like_the_plain_one(tmp_path) -> None:
+    # logs kept in results/ are gzip-compressed; the curves read from them equal those of the plain log
+    import gzip
+
+    from trace_rl.metrics.curves import learning_curve
+    from trace_rl.train.rundir import append_jsonl, read_metrics
+
+    plain = tmp_path / "metrics.jsonl"
+    for record in (
+        {"kind": "eval", "step": 0, "eval_accuracy": 0.25},
+        {"kind": "train", "step": 1, "budget_spent": 64.0, "rollouts_generated": 64, "tokens_generated": 900},
+        {"kind": "eval", "step": 1, "eval_accuracy": 0.5},
+    ):
+        append_jsonl(plain, record)
+    packed = tmp_path / "metrics.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes() + b'{"kind": "train", "st'))  # torn last line
+    assert read_metrics(packed) == read_metrics(plain) and len(read_metrics(plain)) == 3
+    a, b = learning_curve(read_metrics(plain)), learning_curve(read_metrics(packed))
+    assert a.accuracy.tolist() == b.accuracy.tolist() == [0.25, 0.5] and b.tokens.tolist() == [0.0, 900.0]

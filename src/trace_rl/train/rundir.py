@@ -11,6 +11,7 @@ Output folder layout::
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -58,12 +59,14 @@ def json_default(x: Any) -> Any:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Records of a metrics.jsonl (a torn last line from a kill is ignored)."""
+    """Records of a metrics.jsonl, or of a gzip-compressed one (a name ending in ``.gz``: logs kept in the
+    repository, results/README.md); a torn last line from a kill is ignored; no records for a missing file."""
     out: list[dict[str, Any]] = []
     p = Path(path)
     if not p.exists():
         return out
-    for line in p.read_text().splitlines():
+    text = gzip.decompress(p.read_bytes()).decode() if p.suffix == ".gz" else p.read_text()
+    for line in text.splitlines():
         try:
             out.append(json.loads(line))
         except json.JSONDecodeError:
