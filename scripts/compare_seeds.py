@@ -20,31 +20,56 @@ import argparse
 import sys
 from pathlib import Path
 
+from trace_rl.allocation import get_method
 from trace_rl.train.compare import parse_variant, plan_runs, run_plan
 from trace_rl.train.config import load_config
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--preset", default="demo")
+    p.add_argument("--preset", help="a named preset (default: demo unless --config is given)")
+    p.add_argument("--config", help="a YAML config file, as compare's --config")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--steps", type=int)
     p.add_argument(
         "--methods", required=True, help="compare's --methods: METHOD or LABEL=METHOD@KEY=VALUE;..."
     )
-    p.add_argument("--seeds", required=True, help="comma-separated seeds to run, e.g. 4 or 0,1")
+    p.add_argument(
+        "--seeds", required=True, type=seed_list, help="comma-separated seeds to run, e.g. 4 or 0,1"
+    )
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--out", required=True, type=Path)
     args = p.parse_args(argv)
-    if args.jobs < 1:
-        p.error("--jobs must be at least 1")
-    overrides = list(args.set) + ([f"steps={args.steps}"] if args.steps is not None else [])
-    cfg = load_config(preset=args.preset, overrides=overrides)
-    variants = [parse_variant(m) for m in args.methods.split(",") if m.strip()]
-    seeds = [int(s) for s in args.seeds.split(",")]
-    _, plan = plan_runs(cfg, variants, seeds, args.out, jobs=args.jobs)
+    try:  # every check runs before the warm start, which can take many minutes
+        overrides = list(args.set) + ([f"steps={args.steps}"] if args.steps is not None else [])
+        cfg = load_config(
+            preset=args.preset if args.preset or args.config else "demo",
+            file=args.config,
+            overrides=overrides,
+        )
+        variants = [parse_variant(m) for m in args.methods.split(",") if m.strip()]
+        if not variants:
+            raise ValueError("--methods needs at least one method")
+        for _, method, _ in variants:
+            get_method(method)
+        _, plan = plan_runs(cfg, variants, args.seeds, args.out, jobs=args.jobs)
+    except (ValueError, KeyError) as exc:  # ConfigError is a ValueError
+        p.error(str(exc))
     run_plan(plan, jobs=args.jobs)
     return 0
+
+
+def seed_list(text: str) -> list[int]:
+    """``--seeds``: comma-separated non-negative integers."""
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated seeds such as 4 or 0,1, got {text!r}"
+        ) from None
+    if not seeds:
+        raise argparse.ArgumentTypeError("no seed given")
+    return seeds
 
 
 if __name__ == "__main__":

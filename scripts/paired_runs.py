@@ -29,20 +29,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("dir", type=Path, help="folder holding <label>/seed_<s>/metrics.jsonl")
     p.add_argument("--baseline", required=True, help="label of the baseline runs (paired against)")
     p.add_argument("--methods", required=True, help="comma-separated labels to compare with the baseline")
-    p.add_argument("--seeds", required=True, help="comma-separated seeds, e.g. 0,1,2,3,4")
+    p.add_argument("--seeds", required=True, type=seed_list, help="comma-separated seeds, e.g. 0,1,2,3,4")
     args = p.parse_args(argv)
-    labels = [args.baseline, *(m for m in args.methods.split(",") if m and m != args.baseline)]
-    seeds = [int(s) for s in args.seeds.split(",")]
+    labels = [
+        args.baseline,
+        *(m.strip() for m in args.methods.split(",") if m.strip() and m != args.baseline),
+    ]
+    if len(labels) < 2:
+        p.error("--methods names no label besides the baseline")
+    seeds = args.seeds
     logs = {}
     for label in labels:
         for seed in seeds:
-            path = args.dir / label / f"seed_{seed}" / "metrics.jsonl"
-            if not path.exists():  # a log kept compressed (results/)
-                path = path.with_name("metrics.jsonl.gz")
+            plain = args.dir / label / f"seed_{seed}" / "metrics.jsonl"
+            path = (
+                plain if plain.exists() else plain.with_name("metrics.jsonl.gz")
+            )  # kept compressed (results/)
             if not path.exists():
-                print(f"no log: {path}", file=sys.stderr)
+                print(f"no log: neither {plain} nor {path.name} there", file=sys.stderr)
                 return 2
-            logs[label, seed] = read_metrics(path)
+            try:
+                logs[label, seed] = read_metrics(path)
+            except (OSError, EOFError, UnicodeDecodeError) as exc:  # a corrupt .gz
+                print(f"unreadable log {path}: {exc}", file=sys.stderr)
+                return 2
+            if not any(r.get("kind") == "eval" for r in logs[label, seed]):
+                print(f"no held-out evaluation in {path}: nothing to summarise", file=sys.stderr)
+                return 2
     # curve_summaries indexes seeds by position: position i is seeds[i] for every label
     curves = {label: [learning_curve(logs[label, s]) for s in seeds] for label in labels}
     axes = ("rollouts", "tokens")
@@ -69,13 +82,25 @@ def main(argv: list[str] | None = None) -> int:
     for label in labels[1:]:
         for n in ("final", "auc_rollouts", "auc_tokens", "effective_ratio"):
             mean, half, k = paired_interval(columns[label][n], columns[args.baseline][n])
-            print(
-                f"{label} - {args.baseline} {n}: {mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}] n={k}"
-            )
+            interval = f"[{mean - half:+.3f}, {mean + half:+.3f}]" if math.isfinite(half) else "(one seed)"
+            print(f"{label} - {args.baseline} {n}: {mean:+.3f} {interval} n={k}")
     return 0
 
 
+def seed_list(text: str) -> list[int]:
+    """``--seeds``: distinct comma-separated non-negative integers."""
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seeds such as 0,1,2, got {text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise argparse.ArgumentTypeError(f"expected distinct non-negative seeds, got {text!r}")
+    return seeds
+
+
 def _fmt(x: float) -> str:
+    if math.isfinite(x) and x == int(x):
+        return f"{x:.0f}"
     return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3f}"
 
 

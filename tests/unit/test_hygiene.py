@@ -82,3 +82,25 @@ def test_compare_variants_cannot_change_the_task_data() -> None:
         with pytest.raises(ConfigError, match="cannot differ"):
             parse_variant(f"x=trace@{key}")
     assert parse_variant("x=trace@env.max_turns=5") == ("x", "trace", ("env.max_turns=5",))
+
+
+def test_plan_runs_checks_every_run_before_the_warm_start(tmp_path) -> None:
+    # the demo's warm start takes minutes: a bad label, seed or override fails first, and nothing is written
+    from trace_rl.train.compare import parse_variant, plan_runs
+    from trace_rl.train.config import ConfigError, load_config
+
+    cfg = load_config(preset="demo")
+    assert cfg.policy.sft_steps > 0
+    root = tmp_path / "cmp"
+    cases = [
+        (["a=grpo", "a=trace"], [0], ConfigError, "label twice"),
+        (["grpo"], [4, 4], ValueError, "distinct"),
+        (["grpo"], [-1], ValueError, "distinct"),
+        (["x=trace@budget.roots=-3"], [0], ConfigError, "roots"),
+    ]
+    for methods, seeds, error, match in cases:
+        with pytest.raises(error, match=match):
+            plan_runs(cfg, [parse_variant(m) for m in methods], seeds, root)
+        assert not root.exists()
+    with pytest.raises(ValueError, match="jobs"):
+        plan_runs(cfg, [parse_variant("grpo")], [0], root, jobs=0)

@@ -183,8 +183,21 @@ def plan_runs(
     seeds to a comparison run earlier).
 
     Raises:
-        ConfigError: an invalid run config.
+        ValueError: jobs < 1, a seed listed twice or a negative seed, or ``root`` is a file.
+        ConfigError: a label named twice or an invalid run config, both before the (long) warm start.
     """
+    seeds = list(seeds)
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    if len(set(seeds)) != len(seeds) or any(s < 0 for s in seeds):
+        raise ValueError(f"seeds must be distinct and >= 0, got {seeds}")
+    labels = [label for label, _, _ in variants]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"--methods names a label twice: {', '.join(labels)}")
+    for _, method, overrides in variants:
+        validate(with_overrides(replace(cfg, method=method), overrides))
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"{root} is a file, not a comparison folder")
     root.mkdir(parents=True, exist_ok=True)
     base = warm_start_once(cfg, root, log)
     if jobs > 1 and base.threads == 0:
@@ -207,6 +220,8 @@ def run_plan(
     run's `summarize` by (label, seed). A failed run raises at once; on a failure or an interrupt (SIGTERM
     included) the queued runs are dropped and the running ones stopped, and a rerun resumes them.
     """
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
     summaries: dict[tuple[str, int], dict[str, Any]] = {}
     if jobs == 1:
         for method, seed, run_cfg, run_dir in plan:
@@ -278,10 +293,6 @@ def compare(
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     variants = [parse_variant(m) for m in methods]
     labels = [label for label, _, _ in variants]
-    if len(set(labels)) != len(labels):
-        raise ConfigError(f"--methods names a label twice: {', '.join(labels)}")
-    for _, method, overrides in variants:  # every run's config is checked before the (long) warm start
-        validate(with_overrides(replace(cfg, method=method), overrides))
     root = Path(out)
     base, plan = plan_runs(cfg, variants, range(seeds), root, jobs=jobs, log=log)
     summaries = run_plan(plan, jobs=jobs, progress=progress, log=log)
