@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from trace_rl.allocation import get_method
-from trace_rl.train.compare import parse_variant, plan_runs, run_plan
+from trace_rl.train.compare import parse_seeds, parse_variant, plan_runs, run_plan
 from trace_rl.train.config import load_config
 
 
@@ -34,9 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--methods", required=True, help="compare's --methods: METHOD or LABEL=METHOD@KEY=VALUE;..."
     )
-    p.add_argument(
-        "--seeds", required=True, type=seed_list, help="comma-separated seeds to run, e.g. 4 or 0,1"
-    )
+    p.add_argument("--seeds", required=True, help="comma-separated seeds to run, e.g. 4 or 0,1")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--out", required=True, type=Path)
     args = p.parse_args(argv)
@@ -52,24 +50,11 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--methods needs at least one method")
         for _, method, _ in variants:
             get_method(method)
-        _, plan = plan_runs(cfg, variants, args.seeds, args.out, jobs=args.jobs)
+        _, plan = plan_runs(cfg, variants, parse_seeds(args.seeds), args.out, jobs=args.jobs)
     except (ValueError, KeyError) as exc:  # ConfigError is a ValueError
         p.error(str(exc))
     run_plan(plan, jobs=args.jobs)
     return 0
-
-
-def seed_list(text: str) -> list[int]:
-    """``--seeds``: comma-separated non-negative integers."""
-    try:
-        seeds = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated seeds such as 4 or 0,1, got {text!r}"
-        ) from None
-    if not seeds:
-        raise argparse.ArgumentTypeError("no seed given")
-    return seeds
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from trace_rl.metrics.curves import curve_summaries, learning_curve, paired_interval, run_cost, summary_keys
+from trace_rl.train.compare import parse_seeds
 from trace_rl.train.rundir import read_metrics, summarize
 
 
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("dir", type=Path, help="folder holding <label>/seed_<s>/metrics.jsonl")
     p.add_argument("--baseline", required=True, help="label of the baseline runs (paired against)")
     p.add_argument("--methods", required=True, help="comma-separated labels to compare with the baseline")
-    p.add_argument("--seeds", required=True, type=seed_list, help="comma-separated seeds, e.g. 0,1,2,3,4")
+    p.add_argument("--seeds", required=True, help="comma-separated seeds, e.g. 0,1,2,3,4")
     args = p.parse_args(argv)
     labels = [
         args.baseline,
@@ -37,14 +38,16 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if len(labels) < 2:
         p.error("--methods names no label besides the baseline")
-    seeds = args.seeds
+    try:
+        seeds = parse_seeds(args.seeds)
+    except ValueError as exc:
+        p.error(str(exc))
     logs = {}
     for label in labels:
         for seed in seeds:
             plain = args.dir / label / f"seed_{seed}" / "metrics.jsonl"
-            path = (
-                plain if plain.exists() else plain.with_name("metrics.jsonl.gz")
-            )  # kept compressed (results/)
+            packed = plain.with_name("metrics.jsonl.gz")  # logs kept in results/ are compressed
+            path = plain if plain.exists() else packed
             if not path.exists():
                 print(f"no log: neither {plain} nor {path.name} there", file=sys.stderr)
                 return 2
@@ -60,19 +63,19 @@ def main(argv: list[str] | None = None) -> int:
     curves = {label: [learning_curve(logs[label, s]) for s in seeds] for label in labels}
     axes = ("rollouts", "tokens")
     per_axis = {axis: curve_summaries(curves, args.baseline, axis) for axis in axes}
-    final_key = "final_accuracy"
     columns: dict[str, dict[str, list[float]]] = {label: {} for label in labels}
     for label in labels:
         cols = columns[label]
-        cols["final"] = [row[final_key] for row in per_axis["rollouts"][label]]
+        cols["final"] = [row["final_accuracy"] for row in per_axis["rollouts"][label]]
         for axis in axes:
             auc, _, share = summary_keys(axis)
             cols[f"auc_{axis}"] = [row[auc] for row in per_axis[axis][label]]
             cols[f"reach_{axis}"] = [row[share] for row in per_axis[axis][label]]
         cols["effective_ratio"] = [summarize(logs[label, s]).get("effective_ratio", math.nan) for s in seeds]
-        cols["tokens"] = [run_cost(logs[label, s]).get("tokens_generated_total", math.nan) for s in seeds]
-        cols["rollouts"] = [run_cost(logs[label, s]).get("rollouts_generated_total", math.nan) for s in seeds]
-        cols["steps"] = [run_cost(logs[label, s]).get("steps", math.nan) for s in seeds]
+        costs = [run_cost(logs[label, s]) for s in seeds]
+        for name, key in (("tokens", "tokens_generated_total"), ("rollouts", "rollouts_generated_total")):
+            cols[name] = [cost.get(key, math.nan) for cost in costs]
+        cols["steps"] = [cost.get("steps", math.nan) for cost in costs]
     names = list(columns[args.baseline])
     print("label seed " + " ".join(names))
     for label in labels:
@@ -87,21 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def seed_list(text: str) -> list[int]:
-    """``--seeds``: distinct comma-separated non-negative integers."""
-    try:
-        seeds = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seeds such as 0,1,2, got {text!r}") from None
-    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
-        raise argparse.ArgumentTypeError(f"expected distinct non-negative seeds, got {text!r}")
-    return seeds
-
-
 def _fmt(x: float) -> str:
-    if math.isfinite(x) and x == int(x):
-        return f"{x:.0f}"
-    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3f}"
+    """Counts and large numbers without decimals, rates with three."""
+    return f"{x:.0f}" if math.isfinite(x) and (x == int(x) or abs(x) >= 100) else f"{x:.3f}"
 
 
 if __name__ == "__main__":

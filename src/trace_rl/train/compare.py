@@ -160,6 +160,32 @@ def _run_one(run_cfg: TrainConfig, run_dir: Path, progress: bool) -> dict[str, f
     return summarize(read_metrics(run_dir / "metrics.jsonl"))
 
 
+def check_seeds(seeds: Iterable[int]) -> list[int]:
+    """The seeds of a plan as a list, checked: at least one, distinct, each >= 0 (a seed listed twice would run
+    into one folder twice, or pair a run with itself).
+
+    Raises:
+        ValueError: no seed, a seed listed twice, or a negative seed.
+    """
+    out = list(seeds)
+    if not out or len(set(out)) != len(out) or min(out) < 0:
+        raise ValueError(f"seeds must be distinct and >= 0 (at least one), got {out}")
+    return out
+
+
+def parse_seeds(text: str) -> list[int]:
+    """Comma-separated seeds (``"4"``, ``"0,1,2"``) as `check_seeds` accepts them.
+
+    Raises:
+        ValueError: a part that is not an integer, or what `check_seeds` refuses.
+    """
+    try:
+        seeds = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"expected comma-separated seeds such as 4 or 0,1, got {text!r}") from None
+    return check_seeds(seeds)
+
+
 Run = tuple[str, int, TrainConfig, Path]
 """One run of a comparison: (label, seed, its config, its folder ROOT/<label>/seed_<seed>)."""
 
@@ -186,11 +212,9 @@ def plan_runs(
         ValueError: jobs < 1, a seed listed twice or a negative seed, or ``root`` is a file.
         ConfigError: a label named twice or an invalid run config, both before the (long) warm start.
     """
-    seeds = list(seeds)
+    seeds = check_seeds(seeds)
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
-    if len(set(seeds)) != len(seeds) or any(s < 0 for s in seeds):
-        raise ValueError(f"seeds must be distinct and >= 0, got {seeds}")
     labels = [label for label, _, _ in variants]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"--methods names a label twice: {', '.join(labels)}")
@@ -289,8 +313,6 @@ def compare(
     Raises:
         ValueError: jobs < 1, or an invalid run config or variant (ConfigError).
     """
-    if jobs < 1:
-        raise ValueError(f"jobs must be >= 1, got {jobs}")
     variants = [parse_variant(m) for m in methods]
     labels = [label for label, _, _ in variants]
     root = Path(out)
