@@ -401,9 +401,14 @@ def replay_flips(results: Sequence[PromptResult]) -> dict[str, float]:
     reward differs from that rollout's, i.e. the flip rate a fresh rollout of the same prompt would have had in
     its place (DEMO_HEADROOM section 5 measures both the same way). Their ratio says what a replay from depth d is
     worth against a fresh rollout for making a group mixed.
+
+    Counts, so that a run's flips per replay and per generated token by depth sum over steps exactly (rates of
+    steps do not): ``replay_flips_depth_<d>`` (replays from depth d that flipped) and ``replay_tokens_depth_<d>``
+    (model tokens those replays sampled; tool output not counted). Depths with no replay are absent.
     """
     flips: dict[int, list[float]] = {}
     fresh: dict[int, list[float]] = {}
+    tokens: dict[int, int] = {}
     for r in results:
         leaf = r.tree.chain_leaf()
         reward = r.tree.reward
@@ -412,6 +417,7 @@ def replay_flips(results: Sequence[PromptResult]) -> dict[str, float]:
             original = float(reward[int(leaf[int(node)])])
             d = int(ep.start_depth)
             flips.setdefault(d, []).append(float(abs(float(ep.reward) - original) > 1e-6))
+            tokens[d] = tokens.get(d, 0) + int(ep.sampled_tokens)
             if len(roots) > 1:  # the original is one of the roots with this reward: leave it out
                 fresh.setdefault(d, []).append(
                     float(np.sum(np.abs(roots - original) > 1e-6)) / (len(roots) - 1)
@@ -421,6 +427,8 @@ def replay_flips(results: Sequence[PromptResult]) -> dict[str, float]:
         every = [f for fs in table.values() for f in fs]
         out[name] = float(np.mean(every)) if every else float("nan")
         out.update({f"{name}_depth_{d}": float(np.mean(fs)) for d, fs in sorted(table.items())})
+    out.update({f"replay_flips_depth_{d}": int(sum(fs)) for d, fs in sorted(flips.items())})
+    out.update({f"replay_tokens_depth_{d}": n for d, n in sorted(tokens.items())})
     return out
 
 
