@@ -11,6 +11,11 @@ were deleted (compare itself only reads back runs whose checkpoints are there).
 
 Prints one row per method and seed, then the paired differences against the baseline with their 95% Student-t
 intervals over the seeds where both runs exist. Exit status 2 when a named run has no log.
+
+With ``--prefix-stats`` it adds what the prefix stage bought (`trace_rl.metrics.report.prefix_stage_stats`): per
+run the share of mixed sibling groups, replay flips per replay and per 1,000 generated tokens, their paired
+intervals, and per method a table by anchor depth pooled over the seeds (replays, flips, flips per replay, flips
+per 1,000 tokens the replays from that depth sampled).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import sys
 from pathlib import Path
 
 from trace_rl.metrics.curves import curve_summaries, learning_curve, paired_interval, run_cost, summary_keys
+from trace_rl.metrics.report import depth_stats, prefix_stage_stats
 from trace_rl.train.compare import parse_seeds
 from trace_rl.train.rundir import read_metrics, summarize
 
@@ -31,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", required=True, help="label of the baseline runs (paired against)")
     p.add_argument("--methods", required=True, help="comma-separated labels to compare with the baseline")
     p.add_argument("--seeds", required=True, help="comma-separated seeds, e.g. 0,1,2,3,4")
+    p.add_argument(
+        "--prefix-stats",
+        action="store_true",
+        help="also the prefix stage's numbers: mixed sibling groups, flips per replay and per token, by depth",
+    )
     args = p.parse_args(argv)
     labels = [
         args.baseline,
@@ -76,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
         for name, key in (("tokens", "tokens_generated_total"), ("rollouts", "rollouts_generated_total")):
             cols[name] = [cost.get(key, math.nan) for cost in costs]
         cols["steps"] = [cost.get("steps", math.nan) for cost in costs]
+        if args.prefix_stats:
+            stats = [prefix_stage_stats(logs[label, s]) for s in seeds]
+            for key in PREFIX_KEYS:
+                cols[key] = [float(st[key]) for st in stats]
     names = list(columns[args.baseline])
     print("label seed " + " ".join(names))
     for label in labels:
@@ -83,11 +98,35 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label} {seed} " + " ".join(_fmt(columns[label][n][i]) for n in names))
     print(f"paired against {args.baseline} (mean [95% t-interval], n seeds):")
     for label in labels[1:]:
-        for n in ("final", "auc_rollouts", "auc_tokens", "effective_ratio"):
+        for n in (
+            "final",
+            "auc_rollouts",
+            "auc_tokens",
+            "effective_ratio",
+            *(PREFIX_KEYS if args.prefix_stats else ()),
+        ):
             mean, half, k = paired_interval(columns[label][n], columns[args.baseline][n])
             interval = f"[{mean - half:+.3f}, {mean + half:+.3f}]" if math.isfinite(half) else "(one seed)"
             print(f"{label} - {args.baseline} {n}: {mean:+.3f} {interval} n={k}")
+    if args.prefix_stats:
+        print("by anchor depth, pooled over seeds: replays flips flips_per_replay flips_per_1k_replay_tokens")
+        for label in labels:
+            pooled: dict[int, list[float]] = {}
+            for seed in seeds:
+                for d, st in prefix_stage_stats(logs[label, seed])["by_depth"].items():
+                    acc = pooled.setdefault(d, [0.0, 0.0, 0.0])
+                    for i, key in enumerate(("replays", "flips", "tokens")):
+                        acc[i] += st[key]  # a NaN token count (old log) keeps the pooled one NaN
+            for d, (n, f, tok) in sorted(pooled.items()):
+                st = depth_stats(n, f, tok)
+                print(
+                    f"{label} depth {d}: {n:.0f} {f:.0f} {_fmt(st['flip_rate'])} {_fmt(st['flips_per_1k_tokens'])}"
+                )
     return 0
+
+
+# per-run numbers of the prefix stage that get a paired interval (prefix_stage_stats keys)
+PREFIX_KEYS = ("mixed_sibling_share", "replay_flip_rate", "flips_per_1k_tokens")
 
 
 def _fmt(x: float) -> str:

@@ -422,5 +422,20 @@ def test_compare_seeds_script_adds_the_runs_compare_would_make(tmp_path) -> None
             final = float(rows[label, str(seed)][header.index("final")])
             assert final == pytest.approx(data["methods"][label]["runs"][seed]["final_accuracy"], abs=5e-4)
     assert "trace - grpo final:" in table.stdout
+    stats = script("paired_runs.py", str(tmp_path / "full"), *pair, "--seeds", "0,1", "--prefix-stats")
+    assert stats.returncode == 0, stats.stderr[-2000:]
+    assert (
+        "trace - grpo mixed_sibling_share:" in stats.stdout
+        and "trace - grpo flips_per_1k_tokens:" in stats.stdout
+    )
+    # the by-depth table counts every replay the trace runs logged, and grpo makes none
+    depth_rows = [x.split() for x in stats.stdout.splitlines() if x.startswith("trace depth ")]
+    logged = sum(
+        sum(r.get("replay_depths") or [])
+        for s in (0, 1)
+        for r in train_records(tmp_path / "full" / "trace" / f"seed_{s}")
+    )
+    assert logged > 0 and sum(int(x[3]) for x in depth_rows) == logged
+    assert not any(x.startswith("grpo depth ") for x in stats.stdout.splitlines())
     missing = script("paired_runs.py", str(tmp_path / "added"), *pair, "--seeds", "0")
     assert missing.returncode == 2 and "no log" in missing.stderr

@@ -166,6 +166,55 @@ def test_flip_rates_by_depth_pool_steps_by_replay_counts() -> None:
     assert rates[2] == pytest.approx((1.0, 0.5, 1))
 
 
+def test_prefix_stage_stats_sum_counts_over_steps() -> None:
+    from trace_rl.metrics.report import prefix_stage_stats
+
+    records = [
+        {  # a log with counts (4dae319 on): flips and replay tokens per depth
+            "kind": "train",
+            "step": 1,
+            "tokens_generated": 1000,
+            "mixed_sibling_share": 0.5,
+            "replay_depths": [0, 3, 1],
+            "replay_flips_depth_1": 1,
+            "replay_tokens_depth_1": 60,
+            "replay_flips_depth_2": 1,
+            "replay_tokens_depth_2": 10,
+        },
+        {
+            "kind": "train",
+            "step": 2,
+            "tokens_generated": 1000,
+            "mixed_sibling_share": float("nan"),  # no sibling group this step: not averaged in
+            "replay_depths": [0, 1],
+            "replay_flips_depth_1": 0,
+            "replay_tokens_depth_1": 40,
+        },
+        {"kind": "eval", "step": 2, "replay_depths": [0, 9], "replay_flips_depth_1": 9},
+    ]
+    st = prefix_stage_stats(records)
+    assert st["replays"] == 5 and st["replay_flips"] == 2 and st["replay_flip_rate"] == pytest.approx(0.4)
+    assert st["flips_per_1k_tokens"] == pytest.approx(1.0) and st["mixed_sibling_share"] == 0.5
+    d1 = st["by_depth"][1]
+    assert (d1["replays"], d1["flips"], d1["tokens"]) == (4, 1, 100)
+    assert d1["flip_rate"] == 0.25 and d1["flips_per_1k_tokens"] == pytest.approx(10.0)
+    assert st["by_depth"][2]["flips_per_1k_tokens"] == pytest.approx(100.0)
+    # an older log (rates only, no token counts): flips recovered from rate x count, tokens unknown
+    old = [
+        {
+            "kind": "train",
+            "step": 1,
+            "tokens_generated": 500,
+            "replay_depths": [0, 4],
+            "replay_flip_rate_depth_1": 0.5,
+        }
+    ]
+    st = prefix_stage_stats(old)
+    assert st["by_depth"][1]["flips"] == 2 and math.isnan(st["by_depth"][1]["flips_per_1k_tokens"])
+    assert st["flips_per_1k_tokens"] == pytest.approx(4.0) and math.isnan(st["mixed_sibling_share"])
+    assert math.isnan(prefix_stage_stats([{"kind": "train", "step": 1}])["replay_flip_rate"])
+
+
 def test_compare_variants_parse_and_refuse_what_cannot_differ() -> None:
     from trace_rl.train.compare import parse_variant
     from trace_rl.train.config import ConfigError
