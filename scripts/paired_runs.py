@@ -106,7 +106,11 @@ def main(argv: list[str] | None = None) -> int:
             *(PREFIX_KEYS if args.prefix_stats else ()),
         ):
             mean, half, k = paired_interval(columns[label][n], columns[args.baseline][n])
-            interval = f"[{mean - half:+.3f}, {mean + half:+.3f}]" if math.isfinite(half) else "(one seed)"
+            interval = (
+                f"[{mean - half:+.3f}, {mean + half:+.3f}]"
+                if math.isfinite(half)
+                else ("(one seed)" if k == 1 else "(no seed where both are finite)")
+            )
             print(f"{label} - {args.baseline} {n}: {mean:+.3f} {interval} n={k}")
     if args.prefix_stats:
         print("by anchor depth, pooled over seeds: replays flips flips_per_replay flips_per_1k_replay_tokens")
