@@ -437,5 +437,14 @@ def test_compare_seeds_script_adds_the_runs_compare_would_make(tmp_path) -> None
     )
     assert logged > 0 and sum(int(x[3]) for x in depth_rows) == logged
     assert not any(x.startswith("grpo depth ") for x in stats.stdout.splitlines())
+    # scripts/keep_logs.py keeps the finished runs' logs (gzip) and configs; the table read from them is the same
+    kept = script("keep_logs.py", str(tmp_path / "full"), str(tmp_path / "kept"))
+    assert kept.returncode == 0 and kept.stdout.count("kept ") == 4, kept.stdout + kept.stderr
+    assert (tmp_path / "kept" / "trace" / "seed_1" / "metrics.jsonl.gz").is_file()
+    assert not list((tmp_path / "kept").rglob("*.safetensors"))  # no checkpoint travels
+    again = script("paired_runs.py", str(tmp_path / "kept"), *pair, "--seeds", "0,1")
+    assert again.returncode == 0 and again.stdout == table.stdout, again.stderr[-2000:]
+    empty = script("keep_logs.py", str(tmp_path / "nothing"), str(tmp_path / "kept2"))
+    assert empty.returncode == 2 and "no run folder" in empty.stderr
     missing = script("paired_runs.py", str(tmp_path / "added"), *pair, "--seeds", "0")
     assert missing.returncode == 2 and "no log" in missing.stderr
