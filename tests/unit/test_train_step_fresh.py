@@ -88,7 +88,8 @@ def test_replay_flips_next_to_fresh_flips_of_the_same_prompts() -> None:
     # their place: 1 of root 1's 2 sibling roots differs, both of root 3's do
     assert out["replay_flip_rate"] == out["replay_flip_rate_depth_1"] == 0.5
     assert out["fresh_flip_rate"] == out["fresh_flip_rate_depth_1"] == pytest.approx(0.75)
-    assert out["replay_flips_depth_1"] == 1 and out["replay_tokens_depth_1"] == 12  # counts, summable over steps
+    # counts, summable over steps: one flip, 7 + 5 sampled tokens
+    assert out["replay_flips_depth_1"] == 1 and out["replay_tokens_depth_1"] == 12
     assert "replay_flips_depth_2" not in out
     empty = replay_flips([SimpleNamespace(tree=three_roots(), roots=roots, replays=[])])  # type: ignore[list-item]
     assert np.isnan(empty["replay_flip_rate"]) and np.isnan(empty["fresh_flip_rate"])
