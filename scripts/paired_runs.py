@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from trace_rl.metrics.curves import curve_summaries, learning_curve, paired_interval, run_cost, summary_keys
-from trace_rl.metrics.report import depth_stats, prefix_stage_stats
+from trace_rl.metrics.report import prefix_stage_stats
 from trace_rl.train.compare import parse_seeds
 from trace_rl.train.rundir import read_metrics, summarize
 
@@ -114,18 +114,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label} - {args.baseline} {n}: {mean:+.3f} {interval} n={k}")
     if args.prefix_stats:
         print("by anchor depth, pooled over seeds: replays flips flips_per_replay flips_per_1k_replay_tokens")
-        for label in labels:
-            pooled: dict[int, list[float]] = {}
-            for seed in seeds:
-                for d, st in prefix_stage_stats(logs[label, seed])["by_depth"].items():
-                    acc = pooled.setdefault(d, [0.0, 0.0, 0.0])
-                    for i, key in enumerate(("replays", "flips", "tokens")):
-                        acc[i] += st[key]  # a NaN token count (old log) keeps the pooled one NaN
-            for d, (n, f, tok) in sorted(pooled.items()):
-                st = depth_stats(n, f, tok)
-                print(
-                    f"{label} depth {d}: {n:.0f} {f:.0f} {_fmt(st['flip_rate'])} {_fmt(st['flips_per_1k_tokens'])}"
-                )
+        for label in labels:  # the steps of all seeds as one log: prefix_stage_stats sums over steps
+            every = [r for seed in seeds for r in logs[label, seed]]
+            for d, st in prefix_stage_stats(every)["by_depth"].items():
+                rate, per_k = _fmt(st["flip_rate"]), _fmt(st["flips_per_1k_tokens"])
+                print(f"{label} depth {d}: {st['replays']:.0f} {st['flips']:.0f} {rate} {per_k}")
     return 0
 
 
