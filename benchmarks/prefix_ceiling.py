@@ -35,7 +35,8 @@ Needs a warm-started policy folder (a run's ``sft/policy``): an untrained policy
 ``--out`` writes the summary and ``prompts_data``: per prompt ``task`` (id), ``roots`` (root rewards), ``text`` (the
 prompt's predictor text, `serialize_anchor` with ``--max-chars``), ``prompt_ids`` (its token ids) and ``anchors``,
 each with ``depth``, ``reward`` (its rollout's reward), ``replays`` (the replays' rewards), ``text`` (the anchor's
-predictor text) and ``prefix_ids`` (the token context at its save point, what every replay started from).
+predictor text), ``prefix_ids`` (the token context at its save point, what every replay started from), ``leaf`` (the
+leaf node of the rollout it lies on) and ``observations`` (the environment's replies of its turns, oldest first).
 ``benchmarks/prefix_predictor.py`` scores success predictors on these anchors.
 """
 
@@ -117,6 +118,8 @@ def collect(args: argparse.Namespace) -> list[dict[str, Any]]:
                     max_chars=max_chars,
                 ),
                 "prefix_ids": prefix_ids[node],
+                "leaf": int(leaf_of[node]),  # the rollout the anchor lies on (its leaf node)
+                "observations": [r.tree.turns[int(y)].observation for y in r.tree.path_to(node)[1:]],
             }
             for node, rewards in sorted(outcome.items())
         ]
