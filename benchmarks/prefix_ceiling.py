@@ -36,7 +36,8 @@ Needs a warm-started policy folder (a run's ``sft/policy``): an untrained policy
 prompt's predictor text, `serialize_anchor` with ``--max-chars``), ``prompt_ids`` (its token ids) and ``anchors``,
 each with ``depth``, ``reward`` (its rollout's reward), ``replays`` (the replays' rewards), ``text`` (the anchor's
 predictor text), ``prefix_ids`` (the token context at its save point, what every replay started from), ``leaf`` (the
-leaf node of the rollout it lies on) and ``observations`` (the environment's replies of its turns, oldest first).
+leaf node of the rollout it lies on), ``observations`` (the environment's replies of its turns, oldest first) and
+``group`` (its `trace_rl.predictor.consensus.sibling_consensus` row: what the prompt's other roots say).
 ``benchmarks/prefix_predictor.py`` scores success predictors on these anchors.
 """
 
@@ -57,6 +58,7 @@ import numpy as np
 def collect(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Root rollouts and K replays from every anchor; one record per prompt."""
     from trace_rl.predictor import serialize_anchor
+    from trace_rl.predictor.consensus import sibling_consensus
     from trace_rl.rollout.scheduler import run_plan
     from trace_rl.train.config import load_config
     from trace_rl.train.run import Trainer
@@ -120,6 +122,7 @@ def collect(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "prefix_ids": prefix_ids[node],
                 "leaf": int(leaf_of[node]),  # the rollout the anchor lies on (its leaf node)
                 "observations": [r.tree.turns[int(y)].observation for y in r.tree.path_to(node)[1:]],
+                "group": sibling_consensus(r.tree, [node])[0].tolist(),  # the other roots' consensus
             }
             for node, rewards in sorted(outcome.items())
         ]

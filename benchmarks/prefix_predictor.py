@@ -23,7 +23,9 @@ replays rank the other K/2: the measurement's own noise bounds any predictor's c
 
 Candidates: any convex predictor name (``ngram``, ``ngram+minilm``, ``state-head``, ``ngram+minilm+state``, ...);
 the ``state`` ones read the policy's hidden state at each anchor's save point (``--policy``, the folder the anchors
-were sampled with: `trace_rl.predictor.policy_state.PolicyStateEncoder` over ``prefix_ids``).
+were sampled with: `trace_rl.predictor.policy_state.PolicyStateEncoder` over ``prefix_ids``); the ``group`` ones read
+each anchor's ``group`` row (the other roots of its tree, `trace_rl.predictor.consensus.sibling_consensus`, which
+uses only rollouts that exist before the anchor's replays: no outcome of a test anchor's replays enters it).
 
     python benchmarks/prefix_predictor.py --anchors anchors.json --policy <warm_start>/sft/policy \\
         [--names ngram+minilm,state-head,ngram+minilm+state --folds 5 --seed 0 --c 30]
@@ -127,10 +129,30 @@ def state_encoder(policy: str, prompts: list[dict[str, Any]], threads: int) -> A
     return encoder
 
 
+def state_evidence(prompt: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(successes, trials) float64 (A,) of the root rollouts in each anchor's environment state, its own included.
+
+    From each anchor's ``group`` row (`trace_rl.predictor.consensus.sibling_consensus`, shares of the M - 1 other
+    roots): trials = 1 + same_state * (M - 1), successes = reward + same_state_success * (M - 1). Every count is an
+    outcome that exists before the anchor's replays (its own rollout and its siblings'), none of a replay.
+    """
+    others = len(prompt["roots"]) - 1
+    rows = np.array([a["group"] for a in prompt["anchors"]], dtype=np.float64).reshape(-1, 3)
+    rewards = np.array([a["reward"] for a in prompt["anchors"]], dtype=np.float64)
+    return rewards + rows[:, 1] * others, 1.0 + rows[:, 0] * others
+
+
 def evaluate(
-    name: str, prompts: list[dict[str, Any]], fold: np.ndarray, c: float | None, state: Any
+    name: str,
+    prompts: list[dict[str, Any]],
+    fold: np.ndarray,
+    c: float | None,
+    state: Any,
+    evidence: bool = False,
 ) -> np.ndarray:
-    """Out-of-fold flip probability of every anchor (prompt order, anchor order) under predictor ``name``."""
+    """Out-of-fold flip probability of every anchor (prompt order, anchor order) under predictor ``name``; with
+    ``evidence``, V is the predictor's posterior given :func:`state_evidence` (``predictor.posterior``: one Beta
+    update of its prior with its fitted prefix-level kappa) instead of its estimate alone."""
     from trace_rl.predictor import build_predictor
 
     out: list[np.ndarray] = [np.zeros(0)] * len(prompts)
@@ -140,10 +162,20 @@ def evaluate(
         predictor: Any = build_predictor(name, **({} if c is None else {"c": c}))
         if getattr(predictor, "uses_state", False):
             predictor.attach_state(cached(state, cache))
+        if getattr(
+            predictor, "uses_group", False
+        ):  # every anchor's sibling consensus, as prefix_ceiling saved it
+            anchors = [a for p in prompts for a in p["anchors"]]
+            predictor.register_group([a["text"] for a in anchors], [a["group"] for a in anchors])
         predictor.update(*training_rows(train))
         for i in np.flatnonzero(fold == k):
             anchors = prompts[i]["anchors"]
-            v = predictor.predict([a["text"] for a in anchors])
+            texts = [a["text"] for a in anchors]
+            v = (
+                predictor.posterior(texts, *state_evidence(prompts[i]))
+                if evidence
+                else predictor.predict(texts)
+            )
             r = np.array([a["reward"] for a in anchors])
             out[i] = r * (1.0 - v) + (1.0 - r) * v
     return np.concatenate(out)
@@ -199,6 +231,11 @@ def main() -> None:
     ap.add_argument(
         "--threads", type=int, default=2, help="torch threads for the policy forward (0: torch's)"
     )
+    ap.add_argument(
+        "--evidence",
+        action="store_true",
+        help="also score each candidate's posterior given the roots in each anchor's environment state",
+    )
     ap.add_argument("--json", type=Path, help="also write the table here")
     args = ap.parse_args()
     names = [n for n in args.names.split(",") if n]
@@ -206,6 +243,12 @@ def main() -> None:
     needs_state = any("state" in n for n in names)
     if needs_state and not args.policy:
         ap.error("the state predictors need --policy (the folder the anchors were sampled with)")
+    if (args.evidence or any("group" in n for n in names)) and not all(
+        "group" in a for p in prompts for a in p["anchors"]
+    ):
+        ap.error(
+            f"{args.anchors} has no sibling-consensus rows ('group'): sample it again with prefix_ceiling.py"
+        )
     fold = group_folds(len(prompts), args.folds, args.seed)
     anchors = [a for p in prompts for a in p["anchors"]]
     depth = np.array([a["depth"] for a in anchors])
@@ -222,17 +265,23 @@ def main() -> None:
         t0 = time.perf_counter()
         rows[name] = spearman_within_depth(evaluate(name, prompts, fold, args.c, state), target, depth)
         seconds[name] = time.perf_counter() - t0
+        if args.evidence:
+            key = f"{name} | state evidence"
+            t0 = time.perf_counter()
+            flips = evaluate(name, prompts, fold, args.c, state, evidence=True)
+            rows[key] = spearman_within_depth(flips, target, depth)
+            seconds[key] = time.perf_counter() - t0
     depths = sorted({int(d) for d in depth})
     print(
         f"{len(prompts)} prompts, {len(anchors)} anchors, {args.folds} folds over prompts (seed {args.seed}), "
         f"flip rate of {half * 2}+ replays per anchor; Spearman within depth (out of fold)"
     )
-    print(f"{'candidate':24s} " + " ".join(f"{'d=' + str(d):>7s}" for d in depths) + "  within-depth")
-    print(f"{'anchors':24s} " + " ".join(f"{int((depth == d).sum()):7d}" for d in depths))
+    print(f"{'candidate':36s} " + " ".join(f"{'d=' + str(d):>7s}" for d in depths) + "  within-depth")
+    print(f"{'anchors':36s} " + " ".join(f"{int((depth == d).sum()):7d}" for d in depths))
     for name, row in rows.items():
         cells = " ".join(f"{row['by_depth'][d][0]:7.3f}" for d in depths)
         print(
-            f"{name:24s} {cells}  {row['within_depth']:12.3f}"
+            f"{name:36s} {cells}  {row['within_depth']:12.3f}"
             + (f"  ({seconds[name]:.0f} s)" if name in seconds else "")
         )
     if args.json:

@@ -56,7 +56,9 @@ def build_predictor(name_or_path: str, **overrides: Any) -> SuccessPredictor:
             the outcomes of the last ``history_window`` steps, Beta posterior for texts seen before): "ngram" (character n-gram counts;
             the demo preset's default), "minilm-head" (frozen MiniLM embeddings), "ngram+minilm", and the
             state-aware "state-head" / "ngram+minilm+state" (the policy's hidden state at the anchor's token
-            context, :mod:`trace_rl.predictor.policy_state`; call ``attach_state`` before use).
+            context, :mod:`trace_rl.predictor.policy_state`; call ``attach_state`` before use), and the
+            group-aware "ngram+minilm+group" (the other root rollouts of a prefix's tree,
+            :mod:`trace_rl.predictor.consensus`; call ``register_group`` for the prefixes it scores).
         **overrides: fields of :class:`trace_rl.predictor.model.PredictorConfig` (lr, max_tokens, device, ...);
             for "tiny" also d_model, n_layers, n_heads, d_ff; for Hugging Face models also pooling; for the
             convex predictors fields of :class:`trace_rl.predictor.convex.ConvexConfig` (c, kappa, ...; lr and

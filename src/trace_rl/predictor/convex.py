@@ -31,7 +31,7 @@ new nodes, see :class:`~trace_rl.predictor.online.OnlineTrainer`).
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -46,13 +46,21 @@ from trace_rl.predictor.base import (
     validate_texts,
     validate_update,
 )
-from trace_rl.predictor.names import CONVEX_FEATURES, CONVEX_NAMES, STATE_NAMES  # noqa: F401 (re-exported)
+from trace_rl.predictor.consensus import GROUP_FEATURES
+from trace_rl.predictor.names import (  # noqa: F401 (re-exported)
+    CONVEX_FEATURES,
+    CONVEX_NAMES,
+    GROUP_NAMES,
+    STATE_NAMES,
+)
 
 FloatArray = npt.NDArray[np.float64]
 STATE_FORMAT = 2
+#: Sibling-consensus rows a "group" predictor keeps registered (one per prefix text it may still score or train on).
+GROUP_CAPACITY = 200_000
 #: Grid of Beta prior strengths searched when fitting kappa (log-spaced, 0.1 .. 1000).
 KAPPA_GRID = np.logspace(-1, 3, 41)
-#: Feature sets of :class:`ConvexConfig` (column blocks in this order: n-grams, MiniLM, policy state).
+#: Feature sets of :class:`ConvexConfig` (column blocks in this order: n-grams, MiniLM, policy state, group).
 FEATURE_SETS = tuple(CONVEX_FEATURES.values())
 #: serialize_anchor marks every turn of a prefix with "[TURN t]" (or says how many it omitted).
 _TURN_MARKS = ("\n[TURN ", " EARLIER TURNS OMITTED]\n")
@@ -65,7 +73,9 @@ class ConvexConfig:
     Attributes:
         features: "ngram", "minilm", "ngram+minilm" (concatenated), or with the policy's hidden state at the
             anchor (:class:`~trace_rl.predictor.policy_state.PolicyStateEncoder`, attached with
-            :meth:`ConvexSuccessPredictor.attach_state`): "state", "ngram+minilm+state".
+            :meth:`ConvexSuccessPredictor.attach_state`): "state", "ngram+minilm+state"; or with the sibling
+            consensus of the prefix's tree (:func:`~trace_rl.predictor.consensus.sibling_consensus`, registered
+            with :meth:`ConvexSuccessPredictor.register_group`): "ngram+minilm+group".
         ngram_range: character n-gram lengths (inclusive).
         n_features: hashing dimension of the n-gram counts.
         c: inverse L2 strength of the logistic head (sklearn's ``C``); larger = weaker regularisation.
@@ -297,6 +307,8 @@ class _Batch:
         x: the (N, F) features as column blocks (see :meth:`ConvexSuccessPredictor._features`).
         states: the policy-state block of ``x`` (N, F_s) as computed at the update (None without one): kept in
             the state dict, since the policy that produced it is gone by the time a run resumes.
+        groups: the sibling-consensus block of ``x`` (N, 3) as registered at the update (None without one): kept
+            in the state dict, since the trees it was read from are gone by the time a run resumes.
     """
 
     version: int
@@ -305,6 +317,7 @@ class _Batch:
     trials: FloatArray
     x: Any
     states: FloatArray | None = None
+    groups: FloatArray | None = None
 
 
 class ConvexSuccessPredictor:
@@ -345,6 +358,7 @@ class ConvexSuccessPredictor:
             lowercase=False,
         )
         self._embed_cache: dict[str, np.ndarray] = {}
+        self._group: OrderedDict[str, FloatArray] = OrderedDict()  # prefix text -> sibling-consensus row
         # the kept updates, oldest first; per stored text its [weighted successes, weighted trials] over them and
         # its held-out prior (the head's estimate just before the update that stored it)
         self._batches: deque[_Batch] = deque()
@@ -422,6 +436,60 @@ class ConvexSuccessPredictor:
                 )
             register(list(texts), list(token_ids))
 
+    @property
+    def uses_group(self) -> bool:
+        """Whether the features include the sibling consensus of the prefix's tree (feature sets with "group")."""
+        return "group" in self.config.features
+
+    def register_group(self, texts: Sequence[str], rows: npt.ArrayLike) -> None:
+        """Remember the sibling-consensus row (float (n, 3), :data:`~trace_rl.predictor.consensus.GROUP_FEATURES`)
+        of each prefix text, as :func:`~trace_rl.predictor.consensus.sibling_consensus` computed it from the text's
+        tree; a no-op for predictors without the group block, so a driver can always call it. A text registered
+        again takes its newest row; at most ``GROUP_CAPACITY`` rows are kept (least recently registered or used
+        dropped first).
+
+        Raises:
+            ValueError: lengths differ, or a row is not 3 finite numbers in [0, 1].
+        """
+        if not self.uses_group:
+            return
+        items = validate_texts(texts)
+        arr = np.asarray(rows, dtype=np.float64)
+        if arr.shape != (len(items), len(GROUP_FEATURES)):
+            raise ValueError(
+                f"register_group: {len(items)} texts need rows of shape ({len(items)}, {len(GROUP_FEATURES)});"
+                f" got {arr.shape}"
+            )
+        if not np.all(np.isfinite(arr)) or (arr < 0).any() or (arr > 1).any():
+            raise ValueError("register_group: sibling-consensus rows must be finite shares in [0, 1]")
+        for text, row in zip(items, arr, strict=True):
+            self._group[text] = row
+            self._group.move_to_end(text)
+        while len(self._group) > GROUP_CAPACITY:
+            self._group.popitem(last=False)
+
+    def _group_block(self, texts: list[str]) -> FloatArray:
+        """The sibling-consensus rows of ``texts``, float64 (N, 3): zeros for a prompt-level text (depth 0 has
+        no siblings by definition), the registered row for a prefix.
+
+        Raises:
+            ValueError: a prefix text without a registered row (the driver must :meth:`register_group` first).
+        """
+        out = np.zeros((len(texts), len(GROUP_FEATURES)), dtype=np.float64)
+        for i, t in enumerate(texts):
+            if not _is_prefix(t):
+                continue
+            row = self._group.get(t)
+            if row is None:
+                raise ValueError(
+                    f"predictor {self.name!r}: no sibling-consensus row registered for prefix text "
+                    f"{t[:60]!r}...: call register_group(texts, sibling_consensus(tree, nodes)) before it scores "
+                    "or trains on a prefix"
+                )
+            self._group.move_to_end(t)
+            out[i] = row
+        return out
+
     def _state_block(self, texts: list[str]) -> FloatArray:
         """The policy-state rows of ``texts``, each divided by its L2 norm, float64 (N, F_s)."""
         if self._state is None:
@@ -447,11 +515,14 @@ class ConvexSuccessPredictor:
                 self._embed_cache[k] = e
         return np.stack([self._embed_cache[k] for k in keys])
 
-    def _features(self, texts: list[str], states: FloatArray | None = None) -> tuple[Any, ...]:
+    def _features(
+        self, texts: list[str], states: FloatArray | None = None, groups: FloatArray | None = None
+    ) -> tuple[Any, ...]:
         """The (N, F) features as column blocks: scaled n-gram counts (scipy CSR, N x n_features), the
-        prompt block's frozen embedding (dense float64, N x H) and the unit-norm policy state at the text's token
-        context (dense float64, N x F_s; ``states`` when given, e.g. restored), in that order
-        (:func:`fit_binomial_logistic`); each block only where ``features`` names it."""
+        prompt block's frozen embedding (dense float64, N x H), the unit-norm policy state at the text's token
+        context (dense float64, N x F_s; ``states`` when given, e.g. restored) and the sibling consensus (dense
+        float64, N x 3; ``groups`` when given), in that order (:func:`fit_binomial_logistic`); each block only
+        where ``features`` names it."""
         parts: list[Any] = []
         if "ngram" in self.config.features:
             parts.append(self._hasher.transform(texts) * (self._scale or 1.0))
@@ -459,6 +530,8 @@ class ConvexSuccessPredictor:
             parts.append(self._embeddings(texts))
         if self.uses_state:
             parts.append(self._state_block(texts) if states is None else states)
+        if self.uses_group:
+            parts.append(self._group_block(texts) if groups is None else groups)
         return tuple(parts)
 
     def _set_scale(self, texts: list[str]) -> None:
@@ -613,7 +686,8 @@ class ConvexSuccessPredictor:
                 successes=np.bincount(row, weights=w * y, minlength=len(distinct)).astype(np.float64),
                 trials=np.bincount(row, weights=w, minlength=len(distinct)).astype(np.float64),
                 x=x,
-                states=x[-1] if self.uses_state else None,
+                states=x[-2 if self.uses_group else -1] if self.uses_state else None,
+                groups=x[-1] if self.uses_group else None,
             )
         )
         self._forget()
@@ -720,6 +794,7 @@ class ConvexSuccessPredictor:
                     "trials": b.trials.tolist(),
                 }
                 | ({} if b.states is None else {"states": b.states.tolist()})
+                | ({} if b.groups is None else {"groups": b.groups.tolist()})
                 for b in self._batches
             ],
             "heldout": dict(self._heldout),
@@ -776,8 +851,15 @@ class ConvexSuccessPredictor:
                         "predictor state lacks the policy-state rows of a kept update ('states')"
                     )
                 states = np.asarray(b["states"], dtype=np.float64).reshape(len(texts), -1)
-            x = self._features(texts, states)
-            self._batches.append(_Batch(int(b["version"]), texts, successes, trials, x, states))
+            groups = None
+            if self.uses_group:
+                if "groups" not in b:
+                    raise ValueError(
+                        "predictor state lacks the sibling-consensus rows of a kept update ('groups')"
+                    )
+                groups = np.asarray(b["groups"], dtype=np.float64).reshape(len(texts), len(GROUP_FEATURES))
+            x = self._features(texts, states, groups)
+            self._batches.append(_Batch(int(b["version"]), texts, successes, trials, x, states, groups))
         self.num_updates = num_updates
         heldout = {str(t): float(v) for t, v in state.get("heldout", {}).items()}
         self._heldout = {t: heldout.get(t, self.prior) for b in self._batches for t in b.texts}
@@ -799,13 +881,15 @@ DEFAULT_C = {
     "ngram+minilm": 30.0,
     "state-head": 30.0,
     "ngram+minilm+state": 30.0,
+    "ngram+minilm+group": 30.0,
 }
 
 
 def build_convex_predictor(name: str, **overrides: Any) -> ConvexSuccessPredictor:
-    """Build "ngram", "minilm-head" (frozen MiniLM embeddings), "ngram+minilm", or the policy-state predictors
+    """Build "ngram", "minilm-head" (frozen MiniLM embeddings), "ngram+minilm", the policy-state predictors
     "state-head" and "ngram+minilm+state" (see ``build_predictor``; these need
-    :meth:`ConvexSuccessPredictor.attach_state` before they score or train).
+    :meth:`ConvexSuccessPredictor.attach_state` before they score or train), or the group-aware
+    "ngram+minilm+group" (needs :meth:`ConvexSuccessPredictor.register_group` rows for the prefixes it scores).
 
     Raises:
         ValueError: unknown name or option.

@@ -9,8 +9,13 @@ CONVEX_FEATURES = {
     "ngram+minilm": "ngram+minilm",
     "state-head": "state",
     "ngram+minilm+state": "ngram+minilm+state",
+    "ngram+minilm+group": "ngram+minilm+group",
 }
 CONVEX_NAMES = tuple(CONVEX_FEATURES)
 #: The predictors that read the live policy's hidden state: only trace-rl's own trainer attaches a policy to them
 #: (`Trainer._attach_policy_state`); the verl and TRL adapters refuse them.
 STATE_NAMES = tuple(name for name, features in CONVEX_FEATURES.items() if "state" in features)
+#: The predictors that read the other root rollouts of a prefix's tree (`trace_rl.predictor.consensus`): the trainer
+#: registers each scored or trained-on prefix's sibling-consensus row (`trace_rl.train.step.training_step`, which
+#: the TRL adapter runs too); the verl adapter, whose predictor lives in a Ray actor, refuses them.
+GROUP_NAMES = tuple(name for name, features in CONVEX_FEATURES.items() if "group" in features)

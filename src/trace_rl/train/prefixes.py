@@ -41,6 +41,7 @@ from trace_rl.allocation import (
     units_per_rollout,
 )
 from trace_rl.predictor import posterior_mean
+from trace_rl.predictor.consensus import sibling_consensus
 from trace_rl.predictor.examples import leaf_counts
 from trace_rl.predictor.serialize import serialize_anchor
 from trace_rl.rollout.agent import SavePoint
@@ -161,6 +162,8 @@ def replay_allocator(
             if getattr(predictor, "uses_state", False):  # a state-aware predictor reads the save points' ids
                 saved = [(t, p.token_ids) for t, p in zip(texts, points, strict=True) if p is not None]
                 predictor.register_contexts([t for t, _ in saved], [ids for _, ids in saved])
+            if getattr(predictor, "uses_group", False):  # a group-aware one reads the tree's other roots
+                predictor.register_group(texts, sibling_consensus(tree, [a.node for a in anchors]))
             values = np.asarray(await _maybe(predictor.predict(texts)), dtype=np.float64)
             if method.fresh:
                 values = await _anchor_values_async(predictor, texts, values, tree, anchors)

@@ -34,6 +34,7 @@ from trace_rl.metrics import (
     replay_depth_histogram,
     signal_per_token,
 )
+from trace_rl.predictor.consensus import node_consensus
 from trace_rl.predictor.examples import node_examples
 from trace_rl.predictor.policy_state import node_contexts
 from trace_rl.predictor.serialize import serialize_anchor
@@ -207,6 +208,9 @@ def training_step(
                 parts.predictor.register_contexts(
                     *node_contexts(r.tree, r.task.prompt, r.roots[0].prompt_ids, max_chars=parts.max_chars)
                 )
+    if getattr(parts.predictor, "uses_group", False):  # the sibling consensus of every node text it trains on
+        for r in generated:
+            parts.predictor.register_group(*node_consensus(r.tree, r.task.prompt, max_chars=parts.max_chars))
     pred_metrics = parts.online.observe_step(examples) if examples else {}
     parts.tick("predictor", time.perf_counter() - t0)
 

@@ -58,12 +58,17 @@ class TraceVerlConfig:
                 f"trace.method must be one of {list(VERL_METHODS)} (verl's roots come from allocate_roots); "
                 f"got {self.method!r}"
             )
-        from trace_rl.predictor.names import STATE_NAMES
+        from trace_rl.predictor.names import GROUP_NAMES, STATE_NAMES
 
         if self.predictor in STATE_NAMES:
             raise ValueError(
                 f"trace.predictor {self.predictor!r} reads the policy's hidden states, which only trace-rl's own "
                 "trainer provides (verl's policy lives in its workers); pick another predictor, e.g. ngram+minilm"
+            )
+        if self.predictor in GROUP_NAMES:
+            raise ValueError(
+                f"trace.predictor {self.predictor!r} reads the sibling consensus of each prefix's tree, which the "
+                "verl adapter does not register with its predictor actor; pick another predictor, e.g. ngram+minilm"
             )
         if self.accounting not in ("paper", "token"):
             raise ValueError(f"trace.accounting must be 'paper' or 'token'; got {self.accounting!r}")

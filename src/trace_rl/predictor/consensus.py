@@ -1,0 +1,108 @@
+"""What a prompt's other root rollouts say about a prefix: sibling consensus, a feature block of the convex predictor.
+
+Why (issue 23, item 1; docs/predictor.md#the-group-aware-predictor): the root rollouts of a prompt are samples of
+the same policy on the same task, and in a multi-turn environment several of them often pass through the same
+environment state (the same observations, turn after turn). Those that did are extra Monte Carlo samples of the
+success probability from the anchor's state, already generated and paid for; those that did not still say how hard
+the prompt is for the current policy. The text of a prefix says neither (``ngram+minilm`` ranks multistep anchors by
+flip rate at Spearman 0.32 within depth; the policy's hidden state 0.33). This module turns the tree into three
+numbers per node, which the convex head weighs against the text features.
+
+Features of a node v at depth t >= 1 (float64, :data:`GROUP_FEATURES` order), over C = the tree's root rollouts
+(leaves that are not replays) whose path does NOT pass through v:
+
+- ``same_state``: share of C whose first t turns returned the same observations as v's path (same environment
+  state; a rollout that ended before turn t is not in it);
+- ``same_state_success``: the rewards of those same-state rollouts, summed and divided by |C| (with 0/1 rewards,
+  the share of C in the same state AND solved; other rewards count clipped to [0, 1]);
+- ``others_success``: mean reward of C (clipped to [0, 1]).
+
+The prompt node (t = 0) and a node all of whose tree's root rollouts pass through it get zeros. The node's own
+rollout never enters its row (leak-free: the predictor trains on the node's outcome, and its features must not
+contain it). A node created by a replay is compared with every root rollout (none passes through it), the
+rollout its anchor lies on included: that rollout shares its state up to the anchor, and its ending is a sample
+from there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+#: Column names of :func:`sibling_consensus` rows, in order.
+GROUP_FEATURES = ("same_state", "same_state_success", "others_success")
+
+
+def _observations(tree: Any, node: int) -> list[Any]:
+    """The observations of the turns from the root down to ``node`` (None where a turn has no payload)."""
+    turns = tree.turns
+    return [None if turns[int(y)] is None else turns[int(y)].observation for y in tree.path_to(node)[1:]]
+
+
+def sibling_consensus(tree: Any, nodes: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """Rows float64 (n, 3) of :data:`GROUP_FEATURES` for ``nodes`` of a rollout tree (see the module doc).
+
+    Args:
+        tree: a ``RolloutTree`` (``depth``, ``reward``, ``is_replay``, ``leaves``, ``path_to``, ``turns``).
+        nodes: int (n,) node ids.
+
+    Raises:
+        ValueError: a node id outside the tree.
+    """
+    ids = np.asarray(nodes, dtype=np.int64).reshape(-1)
+    if ids.size and (ids.min() < 0 or ids.max() >= tree.num_nodes):
+        raise ValueError(f"sibling_consensus: node ids must lie in [0, {tree.num_nodes}); got {ids.tolist()}")
+    leaves = tree.leaves()
+    roots = leaves[~tree.is_replay[leaves]]
+    reward = np.clip(tree.reward[roots], 0.0, 1.0)
+    paths = [tree.path_to(int(leaf)) for leaf in roots]
+    observed = [_observations(tree, int(leaf)) for leaf in roots]
+    out = np.zeros((ids.size, len(GROUP_FEATURES)), dtype=np.float64)
+    for row, node in enumerate(ids.tolist()):
+        t = int(tree.depth[node])
+        if t == 0:
+            continue
+        others = [i for i, p in enumerate(paths) if not (len(p) > t and int(p[t]) == node)]
+        if not others:
+            continue
+        mine = _observations(tree, node)
+        same = [i for i in others if len(observed[i]) >= t and observed[i][:t] == mine]
+        out[row] = (
+            len(same) / len(others),
+            float(np.sum(reward[same])) / len(others),
+            float(np.mean(reward[others])),
+        )
+    return out
+
+
+def node_consensus(
+    tree: Any, prompt: str, *, max_chars: int, nodes: Sequence[int] | None = None
+) -> tuple[list[str], npt.NDArray[np.float64]]:
+    """The predictor text and :func:`sibling_consensus` row of the tree's non-leaf nodes (or of ``nodes``).
+
+    Texts are ``serialize_anchor(prompt, turns down to the node, max_chars=max_chars)``, what the trainer scores
+    and trains on (`trace_rl.predictor.policy_state.node_contexts` gives the token contexts of the same nodes).
+
+    Returns:
+        (texts (n,), rows float64 (n, 3)), node order (root first).
+
+    Raises:
+        ValueError: a non-root node on a path has no turn payload, or a node id outside the tree.
+    """
+    from trace_rl.predictor.serialize import serialize_anchor
+
+    if nodes is None:
+        parent = np.asarray(tree.parent, dtype=np.int64)
+        has_child = np.zeros(len(parent), dtype=bool)
+        has_child[parent[parent >= 0]] = True
+        nodes = np.flatnonzero(has_child).tolist()
+    texts = []
+    for node in nodes:
+        turns = [tree.turns[int(y)] for y in tree.path_to(int(node))[1:]]
+        if any(t is None for t in turns):
+            raise ValueError(f"node {int(node)} lies below a node without a turn payload")
+        texts.append(serialize_anchor(prompt, turns, max_chars=max_chars))
+    return texts, sibling_consensus(tree, list(nodes))

@@ -1,0 +1,181 @@
+"""The group-aware convex predictor (issue 23, item 1): what a prompt's other root rollouts say about a prefix
+(`trace_rl.predictor.consensus`) as a feature block, registered by the drivers before they score or train."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trace_rl.predictor.consensus import GROUP_FEATURES, node_consensus, sibling_consensus
+from trace_rl.predictor.convex import ConvexConfig, ConvexSuccessPredictor
+from trace_rl.tree import RolloutTree
+from trace_rl.types import Turn
+
+
+def chain(*observations: str) -> list[Turn]:
+    return [Turn(text=f"act {i}", observation=obs) for i, obs in enumerate(observations)]
+
+
+def four_roots(rewards: tuple[float, ...] = (1.0, 0.0, 1.0, 0.0)) -> tuple[RolloutTree, list[np.ndarray]]:
+    """Roots A, B, C share the first observation ("x"); A and B also the second ("y"); D saw "z" first."""
+    tree = RolloutTree.new()
+    rollouts = [chain("x", "y", ""), chain("x", "y", ""), chain("x", "w", ""), chain("z", "")]
+    return tree, [tree.add_rollout(t, r) for t, r in zip(rollouts, rewards, strict=True)]
+
+
+def test_rows_count_the_other_roots_in_the_same_state_and_their_successes() -> None:
+    tree, (a, _b, c, d) = four_roots()
+    rows = sibling_consensus(tree, [0, a[0], a[1], c[1], d[0]])
+    assert rows.shape == (5, len(GROUP_FEATURES))
+    np.testing.assert_allclose(rows[0], [0, 0, 0])  # the prompt: every root passes through it
+    # A at depth 1: B and C share "x" (C solved), D does not; others B, C, D solved 1 of 3
+    np.testing.assert_allclose(rows[1], [2 / 3, 1 / 3, 1 / 3])
+    # A at depth 2: only B shares ("x", "y"), and B failed
+    np.testing.assert_allclose(rows[2], [1 / 3, 0, 1 / 3])
+    # C at depth 2 ("x", "w"): nobody else is there; others A, B, D solved 1 of 3
+    np.testing.assert_allclose(rows[3], [0, 0, 1 / 3])
+    # D at depth 1 ("z"): alone; A, B, C solved 2 of 3
+    np.testing.assert_allclose(rows[4], [0, 0, 2 / 3])
+
+
+def test_a_nodes_own_outcome_never_enters_its_row_but_enters_its_siblings() -> None:
+    tree, (a, b, _, _) = four_roots((1.0, 0.0, 1.0, 0.0))
+    flipped, (a2, b2, _, _) = four_roots((0.0, 0.0, 1.0, 0.0))  # only A's own reward differs
+    np.testing.assert_allclose(sibling_consensus(tree, a), sibling_consensus(flipped, a2))
+    assert not np.allclose(sibling_consensus(tree, b), sibling_consensus(flipped, b2))
+
+
+def test_replay_nodes_compare_with_every_root_and_replays_never_count_as_siblings() -> None:
+    tree, (a, b, _c, _d) = four_roots()
+    before = sibling_consensus(tree, [b[1]])
+    replay = tree.add_replay(int(a[0]), chain("y", ""), reward=1.0)  # from A's depth-1 prefix, sees "y" again
+    np.testing.assert_allclose(sibling_consensus(tree, [b[1]]), before)  # the replay is not a root
+    # the replay's depth-2 node: roots A and B are in state ("x", "y") (A solved, B failed) of all four roots
+    np.testing.assert_allclose(sibling_consensus(tree, [replay[0]]), [[2 / 4, 1 / 4, 2 / 4]])
+    with pytest.raises(ValueError, match="node ids"):
+        sibling_consensus(tree, [tree.num_nodes])
+
+
+def test_node_consensus_gives_the_trainers_texts_of_every_inner_node() -> None:
+    from trace_rl.predictor import node_examples
+
+    tree, _ = four_roots()
+    texts, rows = node_consensus(tree, "p", max_chars=256)
+    inner = [e for e in node_examples(tree, "p", max_chars=256)]
+    assert texts == [e.text for e in inner]  # the texts step.py trains on, in the same order
+    np.testing.assert_allclose(rows, sibling_consensus(tree, [e.node for e in inner]))
+
+
+def fake_encoder(texts: list[str]) -> np.ndarray:
+    return np.ones((len(texts), 4))
+
+
+def group_predictor() -> ConvexSuccessPredictor:
+    return ConvexSuccessPredictor(
+        "ngram+minilm+group", ConvexConfig(features="ngram+minilm+group", c=30.0), fake_encoder
+    )
+
+
+def consensus_data(n: int, seed: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Prefix texts with random words (nothing in their n-grams predicts success) whose siblings in the same state
+    mostly succeeded (rows with a high same_state_success) or mostly failed."""
+    rng = np.random.default_rng(seed)
+    texts, rows, y = [], [], []
+    for i in range(n):
+        good = bool(rng.random() < 0.5)
+        same = rng.uniform(0.3, 0.8)
+        rows.append([same, same * (0.9 if good else 0.1), rng.uniform(0.2, 0.6)])
+        word = "".join(rng.choice(list("abcdefgh"), 12))
+        texts.append(f"[PROMPT]\n{word} {seed} {i}\n[TURN 1]\nsame")
+        y.append(float(rng.random() < (0.9 if good else 0.1)))
+    return texts, np.asarray(rows), np.asarray(y)
+
+
+def test_group_predictor_learns_from_the_siblings_where_the_text_cannot() -> None:
+    train, rows, y = consensus_data(200, 0)
+    test, test_rows, _ = consensus_data(100, 1)
+    pred = group_predictor()
+    pred.register_group(train + test, np.r_[rows, test_rows])
+    pred.update(train, y)
+    v = pred.predict(test)
+    good = test_rows[:, 1] > 0.5 * test_rows[:, 0]
+    assert v[good].mean() > 0.7 and v[~good].mean() < 0.3
+    text_only = ConvexSuccessPredictor(
+        "ngram+minilm", ConvexConfig(features="ngram+minilm", c=30.0), fake_encoder
+    )
+    text_only.update(train, y)
+    w = text_only.predict(test)
+    assert abs(w[good].mean() - w[~good].mean()) < 0.15
+
+
+def test_group_predictor_refuses_unregistered_prefixes_and_round_trips_its_rows() -> None:
+    train, rows, y = consensus_data(40, 2)
+    pred = group_predictor()
+    with pytest.raises(ValueError, match="register_group"):
+        pred.update(train, y)
+    assert pred.predict(["[PROMPT]\nno siblings at depth 0\n"]).shape == (1,)  # prompt texts need no row
+    with pytest.raises(ValueError, match="shape"):
+        pred.register_group(train, rows[:, :2])
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        pred.register_group(train[:1], [[0.5, 2.0, 0.1]])
+    pred.register_group(train, rows)
+    pred.update(train, y)
+    state = pred.state_dict()
+    np.testing.assert_allclose(state["batches"][0]["groups"], rows)
+    again = group_predictor()
+    again.load_state_dict(state)  # the rows come back with the batch: no tree needed to resume
+    again.register_group(train[:5], rows[:5])
+    np.testing.assert_allclose(again.predict(train[:5]), pred.predict(train[:5]), rtol=1e-12)
+    del state["batches"][0]["groups"]
+    with pytest.raises(ValueError, match="groups"):
+        group_predictor().load_state_dict(state)
+    text_only = ConvexSuccessPredictor("ngram", ConvexConfig(features="ngram"))
+    text_only.register_group(train, rows)  # a no-op: drivers may always call it
+    text_only.update(train, y)
+
+
+def test_replay_allocator_registers_each_anchors_consensus_before_scoring() -> None:
+    import asyncio
+
+    from trace_rl.allocation import METHODS
+    from trace_rl.predictor import serialize_anchor
+    from trace_rl.train.prefixes import prefix_budget, replay_allocator
+    from trace_rl.types import Anchor, Task
+
+    tree, (a, b, _c, d) = four_roots()
+    anchors = [
+        Anchor(int(n), int(tree.depth[n]), float(r)) for n, r in [(a[0], 1.0), (b[1], 0.0), (d[0], 0.0)]
+    ]
+    pred = group_predictor()
+    method = METHODS["trace"]
+    budget, _ = prefix_budget(4, 0.5, method=method, accounting="paper")
+    alloc = replay_allocator(method, pred, replay_cost=0.5, rng_of=lambda t: np.random.default_rng(0))
+    asyncio.run(alloc(Task(id="p", env="x", prompt="p"), tree, anchors, [None] * len(anchors), budget))
+    for anchor in anchors:
+        text = serialize_anchor(
+            "p", [tree.turns[int(y)] for y in tree.path_to(anchor.node)[1:]], max_chars=2048
+        )
+        np.testing.assert_allclose(pred._group[text], sibling_consensus(tree, [anchor.node])[0])
+
+
+def test_trainer_registers_the_consensus_of_every_node_it_trains_on(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from trace_rl.train.config import load_config
+    from trace_rl.train.run import Trainer
+
+    cfg = load_config(
+        preset="smoke",
+        overrides=[
+            "predictor.name=ngram+minilm+group",
+            "predictor.updates=8",
+            "predictor.batch_size=32",
+            "steps=1",
+            "eval_every=0",
+        ],
+    )
+    t = Trainer(cfg, tmp_path / "run", log=lambda s: None)
+    t.setup()
+    t.run(progress=False)
+    (batch,) = t.predictor._batches  # type: ignore[attr-defined]
+    assert batch.groups.shape == (len(batch.texts), len(GROUP_FEATURES))
+    prefix = np.array(["[TURN 1]" in text for text in batch.texts])
+    assert prefix.any() and (batch.groups[~prefix] == 0).all()  # prompt texts: zeros by definition
