@@ -3,10 +3,17 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
-from trace_rl.predictor.consensus import GROUP_FEATURES, node_consensus, sibling_consensus
+from trace_rl.predictor.consensus import (
+    GROUP_FEATURES,
+    node_consensus,
+    same_state_outcomes,
+    sibling_consensus,
+)
 from trace_rl.predictor.convex import ConvexConfig, ConvexSuccessPredictor
 from trace_rl.tree import RolloutTree
 from trace_rl.types import Turn
@@ -168,14 +175,95 @@ def test_trainer_registers_the_consensus_of_every_node_it_trains_on(tmp_path) ->
             "predictor.name=ngram+minilm+group",
             "predictor.updates=8",
             "predictor.batch_size=32",
-            "steps=1",
+            "budget.state_evidence=true",
+            "steps=2",
             "eval_every=0",
         ],
     )
     t = Trainer(cfg, tmp_path / "run", log=lambda s: None)
     t.setup()
+    assert t.parts.state_evidence
     t.run(progress=False)
-    (batch,) = t.predictor._batches  # type: ignore[attr-defined]
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    # recorded where it applied: the configured trace's prefix stage (step 2, the predictor warm), not the
+    # cold-start fallback of step 1 (random anchors)
+    assert [r["state_evidence"] for r in records] == [0.0, 1.0]
+    assert [r["allocation"] for r in records] == ["treepo", "trace"]
+    batch = t.predictor._batches[-1]  # type: ignore[attr-defined]
     assert batch.groups.shape == (len(batch.texts), len(GROUP_FEATURES))
     prefix = np.array(["[TURN 1]" in text for text in batch.texts])
     assert prefix.any() and (batch.groups[~prefix] == 0).all()  # prompt texts: zeros by definition
+
+
+def test_same_state_outcomes_are_the_other_roots_in_the_state_and_join_the_anchor_evidence() -> None:
+    from trace_rl.train.prefixes import anchor_evidence
+    from trace_rl.types import Anchor
+
+    tree, (a, b, c, d) = four_roots((1.0, 0.0, 1.0, 0.0))
+    s, n = same_state_outcomes(tree, [0, a[0], a[1], b[1], c[1], d[0]])
+    np.testing.assert_allclose(n, [0, 2, 1, 1, 0, 0])  # A@1: B, C; A@2: B; B@2: A; C@2 and D@1 alone
+    np.testing.assert_allclose(s, [0, 1, 0, 1, 0, 0])
+    anchors = [Anchor(int(a[0]), 1, 1.0), Anchor(int(b[1]), 2, 0.0)]
+    s0, n0 = anchor_evidence(tree, anchors)  # the one rollout through each anchor
+    np.testing.assert_allclose([s0, n0], [[1, 0], [1, 1]])
+    s1, n1 = anchor_evidence(tree, anchors, same_state=True)
+    np.testing.assert_allclose([s1, n1], [[2, 1], [3, 2]])
+
+
+class RecordingPredictor:
+    """Estimates 0.2 everywhere; ``posterior`` records its evidence and returns (s + 1) / (n + 5)."""
+
+    is_warm = True
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def predict(self, texts: list[str]) -> np.ndarray:
+        return np.full(len(texts), 0.2)
+
+    def posterior(self, texts: list[str], successes: np.ndarray, trials: np.ndarray) -> np.ndarray:
+        self.calls.append((np.asarray(successes), np.asarray(trials)))
+        return (np.asarray(successes) + 1.0) / (np.asarray(trials) + 5.0)
+
+
+def test_state_evidence_values_anchors_by_the_posterior_given_their_state() -> None:
+    import asyncio
+
+    from trace_rl.allocation import METHODS
+    from trace_rl.train.prefixes import prefix_budget, replay_allocator
+    from trace_rl.types import Anchor, Task
+
+    tree, (a, b, _c, d) = four_roots((1.0, 0.0, 1.0, 0.0))
+    anchors = [
+        Anchor(int(n), int(tree.depth[n]), float(r)) for n, r in [(a[0], 1.0), (b[1], 0.0), (d[0], 0.0)]
+    ]
+    method = METHODS["trace"]
+    budget, _ = prefix_budget(4, 0.5, method=method, accounting="paper")
+    for on, expected in ((False, None), (True, ([2, 1, 0], [3, 2, 1]))):
+        pred = RecordingPredictor()
+        alloc = replay_allocator(
+            method, pred, replay_cost=0.5, rng_of=lambda t: np.random.default_rng(0), state_evidence=on
+        )
+        choice = asyncio.run(alloc(Task(id="p", env="x", prompt="p"), tree, anchors, [None] * 3, budget))
+        if expected is None:  # trace without the setting: the predictor's estimate alone
+            assert pred.calls == [] and np.allclose(choice.values, 0.2)
+        else:
+            (call,) = pred.calls
+            np.testing.assert_allclose(call, expected)
+            np.testing.assert_allclose(
+                choice.values, (np.array(expected[0]) + 1) / (np.array(expected[1]) + 5)
+            )
+    with pytest.raises(ValueError, match="state_evidence"):
+        replay_allocator(
+            METHODS["branpo"], RecordingPredictor(), replay_cost=0.5, rng_of=None, state_evidence=True
+        )
+
+
+def test_state_evidence_is_a_config_error_where_it_cannot_take_effect() -> None:
+    from trace_rl.train.config import load_config
+    from trace_rl.train.config_parse import ConfigError
+
+    assert load_config(overrides=["method=trace", "budget.state_evidence=true"]).budget.state_evidence
+    for method in ("treepo", "branpo", "grpo"):
+        with pytest.raises(ConfigError, match=r"budget\.state_evidence"):
+            load_config(overrides=[f"method={method}", "budget.state_evidence=true"])

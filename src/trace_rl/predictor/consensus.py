@@ -52,6 +52,33 @@ def sibling_consensus(tree: Any, nodes: npt.ArrayLike) -> npt.NDArray[np.float64
     Raises:
         ValueError: a node id outside the tree.
     """
+    counts = _consensus_counts(tree, nodes)  # (n, 4): |C|, same, same rewards, C rewards
+    out = np.zeros((counts.shape[0], len(GROUP_FEATURES)), dtype=np.float64)
+    some = counts[:, 0] > 0
+    out[some] = counts[some, 1:] / counts[some, :1]
+    return out
+
+
+def same_state_outcomes(
+    tree: Any, nodes: npt.ArrayLike
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """(successes, trials) float64 (n,) of the OTHER root rollouts in each node's environment state.
+
+    The rollouts of the module doc's ``same_state`` (identical observations through the node's depth, not through
+    the node itself): samples of the success probability from the node's environment state that the tree
+    already holds. Their rewards, clipped to [0, 1], are summed as successes. Depth 0 and a node without such
+    rollouts get (0, 0). Used as evidence of the prefix stage's posterior (``budget.state_evidence``,
+    `trace_rl.train.prefixes.anchor_evidence`), next to the rollouts below the node.
+
+    Raises:
+        ValueError: a node id outside the tree.
+    """
+    counts = _consensus_counts(tree, nodes)
+    return counts[:, 2].copy(), counts[:, 1].copy()
+
+
+def _consensus_counts(tree: Any, nodes: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """float64 (n, 4) per node: |C|, rollouts of C in the same state, their summed rewards, C's summed rewards."""
     ids = np.asarray(nodes, dtype=np.int64).reshape(-1)
     if ids.size and (ids.min() < 0 or ids.max() >= tree.num_nodes):
         raise ValueError(f"sibling_consensus: node ids must lie in [0, {tree.num_nodes}); got {ids.tolist()}")
@@ -60,7 +87,7 @@ def sibling_consensus(tree: Any, nodes: npt.ArrayLike) -> npt.NDArray[np.float64
     reward = np.clip(tree.reward[roots], 0.0, 1.0)
     paths = [tree.path_to(int(leaf)) for leaf in roots]
     observed = [_observations(tree, int(leaf)) for leaf in roots]
-    out = np.zeros((ids.size, len(GROUP_FEATURES)), dtype=np.float64)
+    out = np.zeros((ids.size, 4), dtype=np.float64)
     for row, node in enumerate(ids.tolist()):
         t = int(tree.depth[node])
         if t == 0:
@@ -70,11 +97,7 @@ def sibling_consensus(tree: Any, nodes: npt.ArrayLike) -> npt.NDArray[np.float64
             continue
         mine = _observations(tree, node)
         same = [i for i in others if len(observed[i]) >= t and observed[i][:t] == mine]
-        out[row] = (
-            len(same) / len(others),
-            float(np.sum(reward[same])) / len(others),
-            float(np.mean(reward[others])),
-        )
+        out[row] = (len(others), len(same), float(np.sum(reward[same])), float(np.sum(reward[others])))
     return out
 
 

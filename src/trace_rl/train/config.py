@@ -139,6 +139,9 @@ class BudgetSection:
             other method is a config error.
         sibling_weight: contrast objective only: weight of the sibling-group terms against the tree term (>= 0;
             1 = the expected number of sibling groups, root group included, that become mixed under TreeRPO).
+        state_evidence: trace, trace_prefix_only and trace_fresh only (ours): value each anchor by the predictor's
+            posterior given the root rollouts in its environment state (its own, and the other roots whose
+            observations agree through its depth), not by the predictor's estimate alone; docs/predictor.md.
     """
 
     roots: int = 32
@@ -151,6 +154,7 @@ class BudgetSection:
     max_num_gen_batches: int = 0
     prefix_objective: str = "paper"
     sibling_weight: float = 1.0
+    state_evidence: bool = False
 
 
 @dataclass(frozen=True)
@@ -203,8 +207,9 @@ class PredictorSection:
 
     Attributes:
         name: backbone ("tiny", "minilm", a local Hugging Face path, or a convex predictor: "ngram",
-            "minilm-head", "ngram+minilm", or with the live policy's hidden state at the anchor "state-head",
-            "ngram+minilm+state"; see `trace_rl.predictor.build_predictor`).
+            "minilm-head", "ngram+minilm", with the live policy's hidden state at the anchor "state-head",
+            "ngram+minilm+state", or with the other root rollouts of the anchor's tree "ngram+minilm+group"; see
+            `trace_rl.predictor.build_predictor`).
         prefix_share: share of prefix nodes in each predictor batch (paper: about 6%).
         buffer_steps: recent steps kept in the replay buffer of the neural predictors (the convex predictors keep
             their own window, history_window).

@@ -85,6 +85,12 @@ def validate(cfg: TrainConfig) -> None:
         f"(methods that do: {', '.join(m for m in METHODS if _uses_allocate_prefixes(m))})",
     )
     need(
+        not cfg.budget.state_evidence or _uses_allocate_prefixes(cfg.method),
+        "budget.state_evidence",
+        f"values the anchors of allocate_prefixes, which method {cfg.method} does not use "
+        f"(methods that do: {', '.join(m for m in METHODS if _uses_allocate_prefixes(m))})",
+    )
+    need(
         math.isfinite(cfg.budget.sibling_weight) and cfg.budget.sibling_weight >= 0,
         "budget.sibling_weight",
         f"must be finite and >= 0, got {cfg.budget.sibling_weight!r}",

@@ -41,7 +41,7 @@ from trace_rl.allocation import (
     units_per_rollout,
 )
 from trace_rl.predictor import posterior_mean
-from trace_rl.predictor.consensus import sibling_consensus
+from trace_rl.predictor.consensus import same_state_outcomes, sibling_consensus
 from trace_rl.predictor.examples import leaf_counts
 from trace_rl.predictor.serialize import serialize_anchor
 from trace_rl.rollout.agent import SavePoint
@@ -101,6 +101,7 @@ def replay_allocator(
     tick: Callable[[str, float], None] | None = None,
     objective: str = "paper",
     sibling_weight: float = SIBLING_WEIGHT,
+    state_evidence: bool = False,
 ) -> ReplayAllocator:
     """The per-prompt replay allocator of ``method`` (module doc): anchors -> `PrefixChoice` (k, cost, V).
 
@@ -119,6 +120,9 @@ def replay_allocator(
             (`contrast_prefixes`: the tree term for a prompt whose roots are unanimous plus ``sibling_weight``
             times the sibling terms; docs/allocation.md); "contrast" only with an `allocate_prefixes` method.
         sibling_weight: weight of the contrast objective's sibling terms (finite, >= 0).
+        state_evidence: value every anchor by the predictor's posterior given the root rollouts in its
+            environment state (`anchor_values` with ``same_state=True``; budget.state_evidence), not only with
+            ``method.fresh``.
 
     Raises:
         ValueError: ``max_per_prefix`` or ``objective="contrast"`` with a method whose prefix strategy is not
@@ -137,6 +141,8 @@ def replay_allocator(
         )
     if objective == "paper" and sibling_weight != SIBLING_WEIGHT:
         raise ValueError("sibling_weight applies to the contrast objective only")
+    if state_evidence and (method.prefixes is not trace_prefixes or tail is not None):
+        raise ValueError(f"state_evidence values allocate_prefixes' anchors; {method.name!r} does not use it")
     cap: int | None = None
     if max_per_prefix is not None:
         if method.prefixes is not trace_prefixes or tail is not None:
@@ -165,8 +171,10 @@ def replay_allocator(
             if getattr(predictor, "uses_group", False):  # a group-aware one reads the tree's other roots
                 predictor.register_group(texts, sibling_consensus(tree, [a.node for a in anchors]))
             values = np.asarray(await _maybe(predictor.predict(texts)), dtype=np.float64)
-            if method.fresh:
-                values = await _anchor_values_async(predictor, texts, values, tree, anchors)
+            if method.fresh or state_evidence:
+                values = await _anchor_values_async(
+                    predictor, texts, values, tree, anchors, same_state=state_evidence
+                )
             q = repeat_probability(np.array([a.reward for a in anchors], dtype=np.float64), values)
         t1 = time.perf_counter()
         cost: np.ndarray | None = None
@@ -209,11 +217,17 @@ async def _maybe(value: Any) -> Any:
 
 
 async def _anchor_values_async(
-    predictor: Any, texts: Sequence[str], values: np.ndarray, tree: RolloutTree, anchors: Sequence[Anchor]
+    predictor: Any,
+    texts: Sequence[str],
+    values: np.ndarray,
+    tree: RolloutTree,
+    anchors: Sequence[Anchor],
+    *,
+    same_state: bool = False,
 ) -> np.ndarray:
     """`anchor_values` for a predictor whose ``posterior`` / ``prior_strength`` may return awaitables (a remote
     actor), and may return None where the predictor behind it has no such method."""
-    successes, trials = anchor_evidence(tree, anchors)
+    successes, trials = anchor_evidence(tree, anchors, same_state=same_state)
     combine = getattr(predictor, "posterior", None)
     if callable(combine):
         out = await _maybe(combine(list(texts), successes, trials))
@@ -225,20 +239,34 @@ async def _anchor_values_async(
     return posterior_mean(values, successes, trials, prior)
 
 
-def anchor_evidence(tree: RolloutTree, anchors: Sequence[Anchor]) -> tuple[np.ndarray, np.ndarray]:
+def anchor_evidence(
+    tree: RolloutTree, anchors: Sequence[Anchor], *, same_state: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """(successes, trials), float64 (A,) each: the rollouts observed below each anchor and their mean reward times
-    their count (the prompt: its m roots; a turn prefix: the one rollout through it)."""
+    their count (the prompt: its m roots; a turn prefix: the one rollout through it); with ``same_state``, also
+    the other root rollouts in a turn prefix's environment state (identical observations through its depth,
+    `trace_rl.predictor.consensus.same_state_outcomes`): samples from the same state the tree already holds."""
     target = tree.value_targets()
     leaves = _leaf_counts(tree)
     trials = np.array([leaves[a.node] for a in anchors], dtype=np.float64)
     successes = np.array([target[a.node] for a in anchors], dtype=np.float64) * trials
+    if same_state:
+        s, n = same_state_outcomes(tree, [a.node for a in anchors])
+        successes, trials = successes + s, trials + n
     return successes, trials
 
 
 def anchor_values(
-    predictor: Any, texts: Sequence[str], values: np.ndarray, tree: RolloutTree, anchors: Sequence[Anchor]
+    predictor: Any,
+    texts: Sequence[str],
+    values: np.ndarray,
+    tree: RolloutTree,
+    anchors: Sequence[Anchor],
+    *,
+    same_state: bool = False,
 ) -> np.ndarray:
-    """Success estimates of a prompt's anchors given what its root rollouts already showed (``trace_fresh``).
+    """Success estimates of a prompt's anchors given what its root rollouts already showed (``trace_fresh``, and
+    any prefix stage with ``budget.state_evidence``).
 
     Each anchor's estimate is ONE Beta posterior over everything known about it (`trace_rl.predictor.posterior_mean`):
     the prompt (depth 0) has seen its m root rollouts, a turn prefix the one rollout through it. Without this, a
@@ -250,6 +278,9 @@ def anchor_values(
     already contains the kept history) is then not updated a second time. Any other predictor's ``values`` are
     the prior, updated once with strength ``prior_strength(texts)`` where it has one, else 4 pseudo-trials.
 
+    With ``same_state`` the evidence of a turn prefix also holds the other root rollouts in its environment state
+    (`anchor_evidence`; docs/predictor.md#state-evidence).
+
     Args:
         texts, values: the anchors' serialized texts and the predictor's estimates, (A,).
         tree: the prompt's rollouts; anchors: (A,) nodes of ``tree``.
@@ -257,7 +288,7 @@ def anchor_values(
     Returns:
         float64 (A,) in [0, 1].
     """
-    successes, trials = anchor_evidence(tree, anchors)
+    successes, trials = anchor_evidence(tree, anchors, same_state=same_state)
     combine = getattr(predictor, "posterior", None)
     if callable(combine):
         return np.asarray(combine(list(texts), successes, trials), dtype=np.float64)

@@ -188,6 +188,7 @@ class Trainer:
             max_gen_batches=cfg.budget.max_num_gen_batches or cfg.env.pool_size // self.shape.batch_size,
             prefix_objective=cfg.budget.prefix_objective,
             sibling_weight=cfg.budget.sibling_weight,
+            state_evidence=cfg.budget.state_evidence,
         )
         if ckpt is not None:
             self._load_checkpoint(ckpt)

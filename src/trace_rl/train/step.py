@@ -76,6 +76,8 @@ class StepParts:
         prefix_objective: "paper" or "contrast" (budget.prefix_objective): the objective of the prefix stage of
             the methods whose prefix strategy is `trace_prefixes` (docs/allocation.md, "The contrast objective").
         sibling_weight: the contrast objective's weight of the sibling terms (budget.sibling_weight).
+        state_evidence: value the anchors of those methods by the predictor's posterior given the root rollouts
+            in each anchor's environment state (budget.state_evidence; docs/predictor.md#state-evidence).
     """
 
     backend: Any
@@ -92,6 +94,7 @@ class StepParts:
     max_gen_batches: int = 1
     prefix_objective: str = "paper"
     sibling_weight: float = SIBLING_WEIGHT
+    state_evidence: bool = False
     timers: dict[str, float] = field(default_factory=dict)
 
     def tick(self, key: str, seconds: float) -> None:
@@ -128,6 +131,7 @@ def prefix_callback(
         tick=parts.tick,
         objective="contrast" if contrast else "paper",
         sibling_weight=parts.sibling_weight if contrast else SIBLING_WEIGHT,
+        state_evidence=parts.state_evidence and prefix_objective_applies(method),
     )
 
 
@@ -239,6 +243,7 @@ def training_step(
         "prefix_objective": (
             parts.prefix_objective if prefix_objective_applies(used) and used.has_replays else "paper"
         ),
+        "state_evidence": float(parts.state_evidence and prefix_objective_applies(used) and used.has_replays),
         "predictor_warm": float(warm),
         "budget_spent": float(sum(r.spent for r in generated)),
         "budget_total": shape.total,
