@@ -36,10 +36,9 @@ import numpy.typing as npt
 GROUP_FEATURES = ("same_state", "same_state_success", "others_success")
 
 
-def _observations(tree: Any, node: int) -> list[Any]:
+def _observations(tree: Any, turns: list[Any], node: int) -> list[Any]:
     """The observations of the turns from the root down to ``node`` (None where a turn has no payload)."""
-    turns = tree.turns
-    return [None if turns[int(y)] is None else turns[int(y)].observation for y in tree.path_to(node)[1:]]
+    return [None if turns[y] is None else turns[y].observation for y in tree.path_to(node)[1:].tolist()]
 
 
 def sibling_consensus(tree: Any, nodes: npt.ArrayLike) -> npt.NDArray[np.float64]:
@@ -85,17 +84,18 @@ def _consensus_counts(tree: Any, nodes: npt.ArrayLike) -> npt.NDArray[np.float64
     leaves = tree.leaves()
     roots = leaves[~tree.is_replay[leaves]]
     reward = np.clip(tree.reward[roots], 0.0, 1.0)
-    paths = [tree.path_to(int(leaf)) for leaf in roots]
-    observed = [_observations(tree, int(leaf)) for leaf in roots]
+    turns, depth = tree.turns, tree.depth.tolist()  # read once: tree.turns copies its list
+    paths = [tree.path_to(int(leaf)).tolist() for leaf in roots]
+    observed = [_observations(tree, turns, int(leaf)) for leaf in roots]
     out = np.zeros((ids.size, 4), dtype=np.float64)
     for row, node in enumerate(ids.tolist()):
-        t = int(tree.depth[node])
+        t = depth[node]
         if t == 0:
             continue
-        others = [i for i, p in enumerate(paths) if not (len(p) > t and int(p[t]) == node)]
+        others = [i for i, p in enumerate(paths) if not (len(p) > t and p[t] == node)]
         if not others:
             continue
-        mine = _observations(tree, node)
+        mine = _observations(tree, turns, node)
         same = [i for i in others if len(observed[i]) >= t and observed[i][:t] == mine]
         out[row] = (len(others), len(same), float(np.sum(reward[same])), float(np.sum(reward[others])))
     return out
