@@ -37,7 +37,8 @@ prompt's predictor text, `serialize_anchor` with ``--max-chars``), ``prompt_ids`
 each with ``depth``, ``reward`` (its rollout's reward), ``replays`` (the replays' rewards), ``text`` (the anchor's
 predictor text), ``prefix_ids`` (the token context at its save point, what every replay started from), ``leaf`` (the
 leaf node of the rollout it lies on), ``observations`` (the environment's replies of its turns, oldest first) and
-``group`` (its `trace_rl.predictor.consensus.sibling_consensus` row: what the prompt's other roots say).
+``group`` (its `trace_rl.predictor.consensus.sibling_consensus` row: what the prompt's other roots say) and
+``same_state`` (successes, trials of the other roots in its environment state: `same_state_outcomes`).
 ``benchmarks/prefix_predictor.py`` scores success predictors on these anchors.
 """
 
@@ -58,7 +59,7 @@ import numpy as np
 def collect(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Root rollouts and K replays from every anchor; one record per prompt."""
     from trace_rl.predictor import serialize_anchor
-    from trace_rl.predictor.consensus import sibling_consensus
+    from trace_rl.predictor.consensus import same_state_outcomes, sibling_consensus
     from trace_rl.rollout.scheduler import run_plan
     from trace_rl.train.config import load_config
     from trace_rl.train.run import Trainer
@@ -122,10 +123,16 @@ def collect(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "prefix_ids": prefix_ids[node],
                 "leaf": int(leaf_of[node]),  # the rollout the anchor lies on (its leaf node)
                 "observations": [r.tree.turns[int(y)].observation for y in r.tree.path_to(node)[1:]],
-                "group": sibling_consensus(r.tree, [node])[0].tolist(),  # the other roots' consensus
             }
             for node, rewards in sorted(outcome.items())
         ]
+        # what the prompt's other roots say, keyed by text as the predictor keys it (consensus module doc)
+        nodes = sorted(outcome)
+        rows = sibling_consensus(r.tree, nodes, keys=[a["text"] for a in anchors])
+        same_s, same_n = same_state_outcomes(r.tree, nodes)
+        for a, row, s_, n_ in zip(anchors, rows, same_s, same_n, strict=True):
+            a["group"] = row.tolist()
+            a["same_state"] = [float(s_), float(n_)]
         prompts.append(
             {
                 "task": r.task.id,

@@ -130,16 +130,14 @@ def state_encoder(policy: str, prompts: list[dict[str, Any]], threads: int) -> A
 
 
 def state_evidence(prompt: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """(successes, trials) float64 (A,) of the root rollouts in each anchor's environment state, its own included.
-
-    From each anchor's ``group`` row (`trace_rl.predictor.consensus.sibling_consensus`, shares of the M - 1 other
-    roots): trials = 1 + same_state * (M - 1), successes = reward + same_state_success * (M - 1). Every count is an
-    outcome that exists before the anchor's replays (its own rollout and its siblings'), none of a replay.
+    """(successes, trials) float64 (A,) of the root rollouts in each anchor's environment state, its own included:
+    its rollout's reward (clipped to [0, 1]) and one trial, plus the anchor's ``same_state`` counts
+    (`trace_rl.predictor.consensus.same_state_outcomes`), as `trace_rl.train.prefixes.anchor_evidence` with
+    ``same_state=True`` gives them in training. Every count is an outcome that exists before the anchor's replays.
     """
-    others = len(prompt["roots"]) - 1
-    rows = np.array([a["group"] for a in prompt["anchors"]], dtype=np.float64).reshape(-1, 3)
-    rewards = np.array([a["reward"] for a in prompt["anchors"]], dtype=np.float64)
-    return rewards + rows[:, 1] * others, 1.0 + rows[:, 0] * others
+    same = np.array([a["same_state"] for a in prompt["anchors"]], dtype=np.float64).reshape(-1, 2)
+    rewards = np.clip(np.array([a["reward"] for a in prompt["anchors"]], dtype=np.float64), 0.0, 1.0)
+    return rewards + same[:, 0], 1.0 + same[:, 1]
 
 
 def evaluate(
@@ -244,10 +242,15 @@ def main() -> None:
     if needs_state and not args.policy:
         ap.error("the state predictors need --policy (the folder the anchors were sampled with)")
     if (args.evidence or any("group" in n for n in names)) and not all(
-        "group" in a for p in prompts for a in p["anchors"]
+        "group" in a and "same_state" in a for p in prompts for a in p["anchors"]
     ):
         ap.error(
-            f"{args.anchors} has no sibling-consensus rows ('group'): sample it again with prefix_ceiling.py"
+            f"{args.anchors} has no sibling-consensus fields ('group', 'same_state'): sample it again with "
+            "prefix_ceiling.py"
+        )
+    if args.evidence and any("group" in n for n in names):
+        ap.error(
+            "--evidence with a group predictor would count the same-state roots twice (docs/predictor.md)"
         )
     fold = group_folds(len(prompts), args.folds, args.seed)
     anchors = [a for p in prompts for a in p["anchors"]]

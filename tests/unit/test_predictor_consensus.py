@@ -19,14 +19,18 @@ from trace_rl.tree import RolloutTree
 from trace_rl.types import Turn
 
 
-def chain(*observations: str) -> list[Turn]:
-    return [Turn(text=f"act {i}", observation=obs) for i, obs in enumerate(observations)]
+def chain(*observations: str, who: str = "") -> list[Turn]:
+    """A rollout's turns: actions named by ``who`` (the predictor text differs per root unless ``who`` agrees)."""
+    return [Turn(text=f"{who} act {i}", observation=obs) for i, obs in enumerate(observations)]
 
 
 def four_roots(rewards: tuple[float, ...] = (1.0, 0.0, 1.0, 0.0)) -> tuple[RolloutTree, list[np.ndarray]]:
     """Roots A, B, C share the first observation ("x"); A and B also the second ("y"); D saw "z" first."""
     tree = RolloutTree.new()
-    rollouts = [chain("x", "y", ""), chain("x", "y", ""), chain("x", "w", ""), chain("z", "")]
+    rollouts = [chain("x", "y", "", who=w) for w in "AB"] + [
+        chain("x", "w", "", who="C"),
+        chain("z", "", who="D"),
+    ]
     return tree, [tree.add_rollout(t, r) for t, r in zip(rollouts, rewards, strict=True)]
 
 
@@ -70,7 +74,10 @@ def test_node_consensus_gives_the_trainers_texts_of_every_inner_node() -> None:
     texts, rows = node_consensus(tree, "p", max_chars=256)
     inner = [e for e in node_examples(tree, "p", max_chars=256)]
     assert texts == [e.text for e in inner]  # the texts step.py trains on, in the same order
-    np.testing.assert_allclose(rows, sibling_consensus(tree, [e.node for e in inner]))
+    np.testing.assert_allclose(
+        rows, sibling_consensus(tree, [e.node for e in inner])
+    )  # distinct texts: per node
+    np.testing.assert_allclose(rows, sibling_consensus(tree, [e.node for e in inner], keys=texts))
 
 
 def fake_encoder(texts: list[str]) -> np.ndarray:
@@ -165,34 +172,36 @@ def test_replay_allocator_registers_each_anchors_consensus_before_scoring() -> N
         np.testing.assert_allclose(pred._group[text], sibling_consensus(tree, [anchor.node])[0])
 
 
-def test_trainer_registers_the_consensus_of_every_node_it_trains_on(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def _smoke_trainer(tmp_path, predictor: str, *extra: str):  # type: ignore[no-untyped-def]
     from trace_rl.train.config import load_config
     from trace_rl.train.run import Trainer
 
-    cfg = load_config(
-        preset="smoke",
-        overrides=[
-            "predictor.name=ngram+minilm+group",
-            "predictor.updates=8",
-            "predictor.batch_size=32",
-            "budget.state_evidence=true",
-            "steps=2",
-            "eval_every=0",
-        ],
-    )
+    overrides = [f"predictor.name={predictor}", "predictor.updates=8", "predictor.batch_size=32", *extra]
+    cfg = load_config(preset="smoke", overrides=[*overrides, "steps=2", "eval_every=0"])
     t = Trainer(cfg, tmp_path / "run", log=lambda s: None)
     t.setup()
-    assert t.parts.state_evidence
     t.run(progress=False)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    return t, records
+
+
+def test_trainer_registers_the_consensus_of_every_node_it_trains_on(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    t, records = _smoke_trainer(tmp_path, "ngram+minilm+group")
+    assert [r["allocation"] for r in records] == ["treepo", "trace"]  # step 2 scored anchors with the rows
+    assert [r["state_evidence"] for r in records] == [0.0, 0.0]
+    for batch in t.predictor._batches:  # type: ignore[attr-defined]
+        assert batch.groups.shape == (len(batch.texts), len(GROUP_FEATURES))
+        prefix = np.array(["[TURN 1]" in text for text in batch.texts])
+        assert prefix.any() and (batch.groups[~prefix] == 0).all()  # prompt texts: zeros by definition
+
+
+def test_trainer_applies_state_evidence_where_the_prefix_stage_uses_the_predictor(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    t, records = _smoke_trainer(tmp_path, "ngram", "budget.state_evidence=true")
+    assert t.parts.state_evidence
     # recorded where it applied: the configured trace's prefix stage (step 2, the predictor warm), not the
     # cold-start fallback of step 1 (random anchors)
-    assert [r["state_evidence"] for r in records] == [0.0, 1.0]
     assert [r["allocation"] for r in records] == ["treepo", "trace"]
-    batch = t.predictor._batches[-1]  # type: ignore[attr-defined]
-    assert batch.groups.shape == (len(batch.texts), len(GROUP_FEATURES))
-    prefix = np.array(["[TURN 1]" in text for text in batch.texts])
-    assert prefix.any() and (batch.groups[~prefix] == 0).all()  # prompt texts: zeros by definition
+    assert [r["state_evidence"] for r in records] == [0.0, 1.0]
 
 
 def test_same_state_outcomes_are_the_other_roots_in_the_state_and_join_the_anchor_evidence() -> None:
@@ -267,3 +276,49 @@ def test_state_evidence_is_a_config_error_where_it_cannot_take_effect() -> None:
     for method in ("treepo", "branpo", "grpo"):
         with pytest.raises(ConfigError, match=r"budget\.state_evidence"):
             load_config(overrides=[f"method={method}", "budget.state_evidence=true"])
+
+
+def test_nodes_that_share_a_text_share_a_row_without_each_others_outcomes() -> None:
+    """Roots A and B act and are answered identically through turn 2: one predictor text per depth, whose target
+    pools both outcomes, so neither outcome may enter that text's row (keys=texts)."""
+    tree = RolloutTree.new()
+    a = tree.add_rollout(chain("x", "y", ""), 1.0)
+    b = tree.add_rollout(chain("x", "y", ""), 0.0)
+    c = tree.add_rollout(chain("x", "w", ""), 1.0)
+    texts, rows = node_consensus(tree, "p", max_chars=256)
+    by_text = dict(zip(texts, rows, strict=True))
+    assert len(texts) == 7 and len(by_text) == 4  # prompt, "x" (A, B, C), ("x", "y") (A, B), ("x", "w") (C)
+    row_xy = by_text[texts[[int(n) for n in np.flatnonzero(~tree.is_leaf())].index(int(a[1]))]]
+    np.testing.assert_allclose(row_xy, [0, 0, 1])  # only C is left: another state, solved
+    flipped = RolloutTree.new()
+    flipped.add_rollout(chain("x", "y", ""), 0.0)  # A's and B's outcomes swapped
+    flipped.add_rollout(chain("x", "y", ""), 1.0)
+    flipped.add_rollout(chain("x", "w", ""), 1.0)
+    np.testing.assert_allclose(node_consensus(flipped, "p", max_chars=256)[1], rows)
+    # without keys each node counts the other one: the row of A's node holds B's outcome
+    np.testing.assert_allclose(sibling_consensus(tree, [a[1]]), [[1 / 2, 0, 1 / 2]])
+    with pytest.raises(ValueError, match="keys"):
+        sibling_consensus(tree, [a[1], b[1]], keys=["t"])
+    del c
+
+
+def test_group_predictor_and_state_evidence_are_refused_together() -> None:
+    from trace_rl.allocation import METHODS
+    from trace_rl.train.config import load_config
+    from trace_rl.train.config_parse import ConfigError
+    from trace_rl.train.prefixes import replay_allocator
+
+    with pytest.raises(ConfigError, match="a second time"):
+        load_config(
+            overrides=["method=trace", "predictor.name=ngram+minilm+group", "budget.state_evidence=true"]
+        )
+    with pytest.raises(ValueError, match="a second time"):
+        replay_allocator(
+            METHODS["trace"], group_predictor(), replay_cost=0.5, rng_of=None, state_evidence=True
+        )
+
+
+def test_a_cold_group_predictor_already_refuses_unregistered_prefixes() -> None:
+    pred = group_predictor()
+    with pytest.raises(ValueError, match="register_group"):
+        pred.predict(["[PROMPT]\np\n[TURN 1]\nunregistered"])

@@ -19,7 +19,10 @@ Features of a node v at depth t >= 1 (float64, :data:`GROUP_FEATURES` order), ov
 
 The prompt node (t = 0) and a node all of whose tree's root rollouts pass through it get zeros. The node's own
 rollout never enters its row (leak-free: the predictor trains on the node's outcome, and its features must not
-contain it). A node created by a replay is compared with every root rollout (none passes through it), the
+contain it). The predictor keys rows by text, and two nodes can share one (two roots that acted and were answered
+identically, or a serialization cut at ``max_chars``); its update pools their outcomes into one target. Given
+``keys`` (the nodes' texts), nodes with one key therefore get one row, over the roots that pass through NONE of
+them, so that no outcome behind a text's target enters that text's row. A node created by a replay is compared with every root rollout (none passes through it), the
 rollout its anchor lies on included: that rollout shares its state up to the anchor, and its ending is a sample
 from there.
 """
@@ -41,17 +44,21 @@ def _observations(tree: Any, turns: list[Any], node: int) -> list[Any]:
     return [None if turns[y] is None else turns[y].observation for y in tree.path_to(node)[1:].tolist()]
 
 
-def sibling_consensus(tree: Any, nodes: npt.ArrayLike) -> npt.NDArray[np.float64]:
+def sibling_consensus(
+    tree: Any, nodes: npt.ArrayLike, *, keys: Sequence[str] | None = None
+) -> npt.NDArray[np.float64]:
     """Rows float64 (n, 3) of :data:`GROUP_FEATURES` for ``nodes`` of a rollout tree (see the module doc).
 
     Args:
         tree: a ``RolloutTree`` (``depth``, ``reward``, ``is_replay``, ``leaves``, ``path_to``, ``turns``).
         nodes: int (n,) node ids.
+        keys: optional (n,) predictor texts of the nodes: nodes with one text share one row, over the roots that
+            pass through none of them (what a predictor keyed by text must get; module doc).
 
     Raises:
-        ValueError: a node id outside the tree.
+        ValueError: a node id outside the tree, or ``keys`` of another length.
     """
-    counts = _consensus_counts(tree, nodes)  # (n, 4): |C|, same, same rewards, C rewards
+    counts = _consensus_counts(tree, nodes, keys)  # (n, 4): |C|, same, same rewards, C rewards
     out = np.zeros((counts.shape[0], len(GROUP_FEATURES)), dtype=np.float64)
     some = counts[:, 0] > 0
     out[some] = counts[some, 1:] / counts[some, :1]
@@ -76,11 +83,19 @@ def same_state_outcomes(
     return counts[:, 2].copy(), counts[:, 1].copy()
 
 
-def _consensus_counts(tree: Any, nodes: npt.ArrayLike) -> npt.NDArray[np.float64]:
-    """float64 (n, 4) per node: |C|, rollouts of C in the same state, their summed rewards, C's summed rewards."""
+def _consensus_counts(
+    tree: Any, nodes: npt.ArrayLike, keys: Sequence[str] | None = None
+) -> npt.NDArray[np.float64]:
+    """float64 (n, 4) per node: |C|, rollouts of C in the same state, their summed rewards, C's summed rewards;
+    with ``keys``, C leaves out the roots through any node of the same key."""
     ids = np.asarray(nodes, dtype=np.int64).reshape(-1)
     if ids.size and (ids.min() < 0 or ids.max() >= tree.num_nodes):
         raise ValueError(f"sibling_consensus: node ids must lie in [0, {tree.num_nodes}); got {ids.tolist()}")
+    if keys is not None and len(keys) != ids.size:
+        raise ValueError(f"sibling_consensus: {len(keys)} keys for {ids.size} nodes")
+    members: dict[Any, list[int]] = {}
+    for row, node in enumerate(ids.tolist()):
+        members.setdefault(row if keys is None else keys[row], []).append(node)
     leaves = tree.leaves()
     roots = leaves[~tree.is_replay[leaves]]
     reward = np.clip(tree.reward[roots], 0.0, 1.0)
@@ -92,7 +107,12 @@ def _consensus_counts(tree: Any, nodes: npt.ArrayLike) -> npt.NDArray[np.float64
         t = depth[node]
         if t == 0:
             continue
-        others = [i for i, p in enumerate(paths) if not (len(p) > t and p[t] == node)]
+        same_key = members[row if keys is None else keys[row]]
+        others = [
+            i
+            for i, p in enumerate(paths)
+            if not any(len(p) > depth[u] and p[depth[u]] == u for u in same_key)
+        ]
         if not others:
             continue
         mine = _observations(tree, turns, node)
@@ -128,4 +148,4 @@ def node_consensus(
         if any(t is None for t in turns):
             raise ValueError(f"node {int(node)} lies below a node without a turn payload")
         texts.append(serialize_anchor(prompt, turns, max_chars=max_chars))
-    return texts, sibling_consensus(tree, list(nodes))
+    return texts, sibling_consensus(tree, list(nodes), keys=texts)

@@ -604,6 +604,10 @@ class ConvexSuccessPredictor:
         """
         items = validate_texts(texts)
         start = time.perf_counter()
+        if (
+            self.uses_group and self._model is None
+        ):  # no head reads the rows yet: still refuse unregistered ones
+            self._group_block(items)
         out = self._posterior(items, np.zeros(len(items)), np.zeros(len(items)))
         self._timing["predict_calls"] += 1
         self._timing["predict_texts"] += len(items)

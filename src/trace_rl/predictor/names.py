@@ -19,3 +19,8 @@ STATE_NAMES = tuple(name for name, features in CONVEX_FEATURES.items() if "state
 #: registers each scored or trained-on prefix's sibling-consensus row (`trace_rl.train.step.training_step`, which
 #: the TRL adapter runs too); the verl adapter, whose predictor lives in a Ray actor, refuses them.
 GROUP_NAMES = tuple(name for name, features in CONVEX_FEATURES.items() if "group" in features)
+#: Why a group-aware predictor and budget.state_evidence do not go together (config check and replay_allocator).
+GROUP_WITH_EVIDENCE = (
+    "a group-aware predictor already reads the same-state roots' outcomes as features (its prior depends on "
+    "them); budget.state_evidence would count them a second time as evidence: use one or the other"
+)

@@ -43,6 +43,7 @@ from trace_rl.allocation import (
 from trace_rl.predictor import posterior_mean
 from trace_rl.predictor.consensus import same_state_outcomes, sibling_consensus
 from trace_rl.predictor.examples import leaf_counts
+from trace_rl.predictor.names import GROUP_WITH_EVIDENCE
 from trace_rl.predictor.serialize import serialize_anchor
 from trace_rl.rollout.agent import SavePoint
 from trace_rl.rollout.expansion import PrefixChoice, ReplayAllocator
@@ -143,6 +144,8 @@ def replay_allocator(
         raise ValueError("sibling_weight applies to the contrast objective only")
     if state_evidence and (method.prefixes is not trace_prefixes or tail is not None):
         raise ValueError(f"state_evidence values allocate_prefixes' anchors; {method.name!r} does not use it")
+    if state_evidence and getattr(predictor, "uses_group", False):
+        raise ValueError(GROUP_WITH_EVIDENCE)
     cap: int | None = None
     if max_per_prefix is not None:
         if method.prefixes is not trace_prefixes or tail is not None:
@@ -169,7 +172,9 @@ def replay_allocator(
                 saved = [(t, p.token_ids) for t, p in zip(texts, points, strict=True) if p is not None]
                 predictor.register_contexts([t for t, _ in saved], [ids for _, ids in saved])
             if getattr(predictor, "uses_group", False):  # a group-aware one reads the tree's other roots
-                predictor.register_group(texts, sibling_consensus(tree, [a.node for a in anchors]))
+                predictor.register_group(
+                    texts, sibling_consensus(tree, [a.node for a in anchors], keys=texts)
+                )
             values = np.asarray(await _maybe(predictor.predict(texts)), dtype=np.float64)
             if method.fresh or state_evidence:
                 values = await _anchor_values_async(
