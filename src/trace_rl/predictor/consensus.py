@@ -1,6 +1,6 @@
 """What a prompt's other root rollouts say about a prefix: sibling consensus, a feature block of the convex predictor.
 
-Why (issue 23, item 1; docs/predictor.md#the-group-aware-predictor): the root rollouts of a prompt are samples of
+Why (issue 23, item 1; docs/predictor.md, "The group-aware predictor"): the root rollouts of a prompt are samples of
 the same policy on the same task, and in a multi-turn environment several of them often pass through the same
 environment state (the same observations, turn after turn). Those that did are extra Monte Carlo samples of the
 success probability from the anchor's state, already generated and paid for; those that did not still say how hard
@@ -22,9 +22,9 @@ rollout never enters its row (leak-free: the predictor trains on the node's outc
 contain it). The predictor keys rows by text, and two nodes can share one (two roots that acted and were answered
 identically, or a serialization cut at ``max_chars``); its update pools their outcomes into one target. Given
 ``keys`` (the nodes' texts), nodes with one key therefore get one row, over the roots that pass through NONE of
-them, so that no outcome behind a text's target enters that text's row. A node created by a replay is compared with every root rollout (none passes through it), the
-rollout its anchor lies on included: that rollout shares its state up to the anchor, and its ending is a sample
-from there.
+them, so that no outcome behind a text's target enters that text's row. A node created by a replay is compared
+with every root rollout (none passes through it), the rollout its anchor lies on included: that rollout shares its
+state up to the anchor, and its ending is a sample from there.
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ class StepParts:
             the methods whose prefix strategy is `trace_prefixes` (docs/allocation.md, "The contrast objective").
         sibling_weight: the contrast objective's weight of the sibling terms (budget.sibling_weight).
         state_evidence: value the anchors of those methods by the predictor's posterior given the root rollouts
-            in each anchor's environment state (budget.state_evidence; docs/predictor.md#state-evidence).
+            in each anchor's environment state (budget.state_evidence; docs/predictor.md, group-aware predictor).
     """
 
     backend: Any
