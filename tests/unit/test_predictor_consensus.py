@@ -10,7 +10,7 @@ import pytest
 
 from trace_rl.predictor.consensus import (
     GROUP_FEATURES,
-    node_consensus,
+    examples_consensus,
     same_state_outcomes,
     sibling_consensus,
 )
@@ -67,13 +67,21 @@ def test_replay_nodes_compare_with_every_root_and_replays_never_count_as_sibling
         sibling_consensus(tree, [tree.num_nodes])
 
 
-def test_node_consensus_gives_the_trainers_texts_of_every_inner_node() -> None:
+def node_consensus(tree: RolloutTree, prompt: str) -> tuple[list[str], np.ndarray]:
+    """What step.py registers for a tree: examples_consensus over its node_examples."""
+    from trace_rl.predictor import node_examples
+
+    return examples_consensus(tree, node_examples(tree, prompt, max_chars=256))
+
+
+def test_examples_consensus_gives_the_trainers_texts_of_every_inner_node() -> None:
     from trace_rl.predictor import node_examples
 
     tree, _ = four_roots()
-    texts, rows = node_consensus(tree, "p", max_chars=256)
+    texts, rows = node_consensus(tree, "p")
     inner = [e for e in node_examples(tree, "p", max_chars=256)]
     assert texts == [e.text for e in inner]  # the texts step.py trains on, in the same order
+    assert [e.node for e in inner] == [int(n) for n in np.flatnonzero(~tree.is_leaf())]  # every inner node
     np.testing.assert_allclose(
         rows, sibling_consensus(tree, [e.node for e in inner])
     )  # distinct texts: per node
@@ -285,7 +293,7 @@ def test_nodes_that_share_a_text_share_a_row_without_each_others_outcomes() -> N
     a = tree.add_rollout(chain("x", "y", ""), 1.0)
     b = tree.add_rollout(chain("x", "y", ""), 0.0)
     c = tree.add_rollout(chain("x", "w", ""), 1.0)
-    texts, rows = node_consensus(tree, "p", max_chars=256)
+    texts, rows = node_consensus(tree, "p")
     by_text = dict(zip(texts, rows, strict=True))
     assert len(texts) == 7 and len(by_text) == 4  # prompt, "x" (A, B, C), ("x", "y") (A, B), ("x", "w") (C)
     row_xy = by_text[texts[[int(n) for n in np.flatnonzero(~tree.is_leaf())].index(int(a[1]))]]
@@ -294,7 +302,7 @@ def test_nodes_that_share_a_text_share_a_row_without_each_others_outcomes() -> N
     flipped.add_rollout(chain("x", "y", ""), 0.0)  # A's and B's outcomes swapped
     flipped.add_rollout(chain("x", "y", ""), 1.0)
     flipped.add_rollout(chain("x", "w", ""), 1.0)
-    np.testing.assert_allclose(node_consensus(flipped, "p", max_chars=256)[1], rows)
+    np.testing.assert_allclose(node_consensus(flipped, "p")[1], rows)
     # without keys each node counts the other one: the row of A's node holds B's outcome
     np.testing.assert_allclose(sibling_consensus(tree, [a[1]]), [[1 / 2, 0, 1 / 2]])
     with pytest.raises(ValueError, match="keys"):

@@ -121,31 +121,19 @@ def _consensus_counts(
     return out
 
 
-def node_consensus(
-    tree: Any, prompt: str, *, max_chars: int, nodes: Sequence[int] | None = None
-) -> tuple[list[str], npt.NDArray[np.float64]]:
-    """The predictor text and :func:`sibling_consensus` row of the tree's non-leaf nodes (or of ``nodes``).
+def examples_consensus(tree: Any, examples: Sequence[Any]) -> tuple[list[str], npt.NDArray[np.float64]]:
+    """The texts and :func:`sibling_consensus` rows of a tree's training examples, keyed by text.
 
-    Texts are ``serialize_anchor(prompt, turns down to the node, max_chars=max_chars)``, what the trainer scores
-    and trains on (`trace_rl.predictor.policy_state.node_contexts` gives the token contexts of the same nodes).
+    Args:
+        tree: the ``RolloutTree`` the examples were built from.
+        examples: its `trace_rl.predictor.node_examples` (each with ``.node`` and ``.text``), the texts the
+            trainer trains on: nodes of one text share one row (module doc).
 
     Returns:
-        (texts (n,), rows float64 (n, 3)), node order (root first).
+        (texts (n,), rows float64 (n, 3)), in the examples' order.
 
     Raises:
-        ValueError: a non-root node on a path has no turn payload, or a node id outside the tree.
+        ValueError: a node id outside the tree.
     """
-    from trace_rl.predictor.serialize import serialize_anchor
-
-    if nodes is None:
-        parent = np.asarray(tree.parent, dtype=np.int64)
-        has_child = np.zeros(len(parent), dtype=bool)
-        has_child[parent[parent >= 0]] = True
-        nodes = np.flatnonzero(has_child).tolist()
-    texts = []
-    for node in nodes:
-        turns = [tree.turns[int(y)] for y in tree.path_to(int(node))[1:]]
-        if any(t is None for t in turns):
-            raise ValueError(f"node {int(node)} lies below a node without a turn payload")
-        texts.append(serialize_anchor(prompt, turns, max_chars=max_chars))
-    return texts, sibling_consensus(tree, list(nodes), keys=texts)
+    texts = [e.text for e in examples]
+    return texts, sibling_consensus(tree, [e.node for e in examples], keys=texts)

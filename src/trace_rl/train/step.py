@@ -34,7 +34,7 @@ from trace_rl.metrics import (
     replay_depth_histogram,
     signal_per_token,
 )
-from trace_rl.predictor.consensus import node_consensus
+from trace_rl.predictor.consensus import examples_consensus
 from trace_rl.predictor.examples import node_examples
 from trace_rl.predictor.policy_state import node_contexts
 from trace_rl.predictor.serialize import serialize_anchor
@@ -201,11 +201,11 @@ def training_step(
     weighting: Literal["uniform", "leaves"] = (
         "leaves" if getattr(parts.predictor, "example_weighting", "uniform") == "leaves" else "uniform"
     )
-    examples = [
-        ex
+    per_tree = [
+        node_examples(r.tree, r.task.prompt, max_chars=parts.max_chars, weighting=weighting)
         for r in generated
-        for ex in node_examples(r.tree, r.task.prompt, max_chars=parts.max_chars, weighting=weighting)
     ]
+    examples = [ex for exs in per_tree for ex in exs]
     if getattr(parts.predictor, "uses_state", False):  # the token context behind every node text it trains on
         for r in generated:
             if r.roots:
@@ -213,8 +213,8 @@ def training_step(
                     *node_contexts(r.tree, r.task.prompt, r.roots[0].prompt_ids, max_chars=parts.max_chars)
                 )
     if getattr(parts.predictor, "uses_group", False):  # the sibling consensus of every node text it trains on
-        for r in generated:
-            parts.predictor.register_group(*node_consensus(r.tree, r.task.prompt, max_chars=parts.max_chars))
+        for r, exs in zip(generated, per_tree, strict=True):
+            parts.predictor.register_group(*examples_consensus(r.tree, exs))
     pred_metrics = parts.online.observe_step(examples) if examples else {}
     parts.tick("predictor", time.perf_counter() - t0)
 
