@@ -232,10 +232,13 @@ def main() -> None:
     ap.add_argument(
         "--evidence",
         action="store_true",
-        help="also score each candidate's posterior given the roots in each anchor's environment state (not the group predictors: their prior already holds those outcomes)",
+        help="also score each candidate's posterior given the roots in each anchor's environment state (not "
+        "ngram+minilm+group, whose prior already holds those outcomes; ngram+minilm+group-prior is scored)",
     )
     ap.add_argument("--json", type=Path, help="also write the table here")
     args = ap.parse_args()
+    from trace_rl.predictor.names import GROUP_OUTCOME_NAMES
+
     names = [n for n in args.names.split(",") if n]
     prompts = load(args.anchors)
     needs_state = any("state" in n for n in names)
@@ -264,7 +267,7 @@ def main() -> None:
         t0 = time.perf_counter()
         rows[name] = spearman_within_depth(evaluate(name, prompts, fold, args.c, state), target, depth)
         seconds[name] = time.perf_counter() - t0
-        if args.evidence and "group" not in name:  # a group predictor's prior already holds these outcomes
+        if args.evidence and name not in GROUP_OUTCOME_NAMES:  # their prior already holds these outcomes
             key = f"{name} | state evidence"
             t0 = time.perf_counter()
             flips = evaluate(name, prompts, fold, args.c, state, evidence=True)

@@ -10,7 +10,9 @@ import pytest
 
 from trace_rl.predictor.consensus import (
     GROUP_FEATURES,
+    GROUP_PRIOR_FEATURES,
     examples_consensus,
+    prior_columns,
     same_state_outcomes,
     sibling_consensus,
 )
@@ -330,3 +332,59 @@ def test_a_cold_group_predictor_already_refuses_unregistered_prefixes() -> None:
     pred = group_predictor()
     with pytest.raises(ValueError, match="register_group"):
         pred.predict(["[PROMPT]\np\n[TURN 1]\nunregistered"])
+
+
+def group_prior_predictor() -> ConvexSuccessPredictor:
+    return ConvexSuccessPredictor(
+        "ngram+minilm+group-prior", ConvexConfig(features="ngram+minilm+group-prior", c=30.0), fake_encoder
+    )
+
+
+def test_prior_columns_drop_the_outcomes_of_the_nodes_own_state() -> None:
+    tree, (a, _b, c, d) = four_roots()
+    rows = sibling_consensus(tree, [a[0], a[1], c[1], d[0]])
+    cols = prior_columns(rows)
+    assert cols.shape == (4, len(GROUP_PRIOR_FEATURES))
+    # A@1: B and C share "x" (2 of 3); outside the state only D, failed. A@2: B shares; C (solved) and D outside.
+    # C@2 alone: the others (A solved, B, D) are all outside. D@1 alone: A, B, C outside, 2 of 3 solved.
+    np.testing.assert_allclose(cols, [[2 / 3, 0], [1 / 3, 1 / 3], [0, 1 / 3], [0, 2 / 3]])
+    flipped, (a2, _, _, _) = four_roots((1.0, 1.0, 1.0, 0.0))  # B, in A's state at depths 1 and 2, now solved
+    np.testing.assert_allclose(prior_columns(sibling_consensus(flipped, a2[:2])), cols[:2])
+    assert not np.allclose(sibling_consensus(flipped, a2[:2]), rows[:2])  # the full rows do see it
+    with pytest.raises(ValueError, match="shape"):
+        prior_columns(rows[:, :2])
+
+
+def test_group_prior_predictor_reads_no_outcome_of_the_state_and_stores_the_full_rows() -> None:
+    train, rows, y = consensus_data(120, 3)
+    pred = group_prior_predictor()
+    pred.register_group(train, rows)
+    pred.update(train, y)
+    np.testing.assert_allclose(pred._batches[0].groups, rows)  # the registered rows, not the columns
+    test = [f"[PROMPT]\nunseen {i}\n[TURN 1]\nsame" for i in range(3)]
+    a = np.array([[0.5, 0.25, 0.5], [0.3, 0.0, 0.4], [0.6, 0.6, 0.8]])
+    pred.register_group(test, a)
+    first = pred.predict(test)
+    inside = np.array([0.5, 0.3, 0.1])  # other successes inside the state, the outside ones unchanged
+    pred.register_group(test, np.c_[a[:, 0], inside, a[:, 2] - a[:, 1] + inside])
+    np.testing.assert_allclose(pred.predict(test), first, rtol=1e-12)  # the state's outcomes do not move it
+    pred.register_group(test, a + np.array([0.0, 0.0, 0.2]))
+    assert not np.allclose(pred.predict(test), first)  # successes outside the state do
+    again = group_prior_predictor()
+    again.load_state_dict(pred.state_dict())
+    again.register_group(train[:5], rows[:5])
+    np.testing.assert_allclose(again.predict(train[:5]), pred.predict(train[:5]), rtol=1e-12)
+
+
+def test_group_prior_predictor_goes_with_state_evidence(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from trace_rl.allocation import METHODS
+    from trace_rl.train.prefixes import replay_allocator
+
+    replay_allocator(  # no ValueError: its prior leaves the state's outcomes to the evidence
+        METHODS["trace"], group_prior_predictor(), replay_cost=0.5, rng_of=None, state_evidence=True
+    )
+    t, records = _smoke_trainer(tmp_path, "ngram+minilm+group-prior", "budget.state_evidence=true")
+    assert [r["allocation"] for r in records] == ["treepo", "trace"]
+    assert [r["state_evidence"] for r in records] == [0.0, 1.0]
+    for batch in t.predictor._batches:  # type: ignore[attr-defined]
+        assert batch.groups.shape == (len(batch.texts), len(GROUP_FEATURES))

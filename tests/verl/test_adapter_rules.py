@@ -81,8 +81,9 @@ def test_settings_that_cannot_take_effect_are_refused() -> None:
     for name in ("state-head", "ngram+minilm+state"):  # no policy in the driver to read hidden states from
         with pytest.raises(ValueError, match="hidden states"):
             TraceVerlConfig(predictor=name)
-    with pytest.raises(ValueError, match="sibling consensus"):  # its actor gets no registered consensus rows
-        TraceVerlConfig(predictor="ngram+minilm+group")
+    for name in ("ngram+minilm+group", "ngram+minilm+group-prior"):  # its actor gets no consensus rows
+        with pytest.raises(ValueError, match="sibling consensus"):
+            TraceVerlConfig(predictor=name)
     with pytest.raises(ValueError, match="denominator"):
         TraceVerlConfig(method="trace_fresh", replay_cost=0.123456789)
     assert TraceVerlConfig(method="trace_fresh", accounting="token").replay_cost == 0.5

@@ -65,6 +65,35 @@ def sibling_consensus(
     return out
 
 
+#: Column names of :func:`prior_columns` rows, in order (the "group-prior" block of the convex predictor).
+GROUP_PRIOR_FEATURES = ("same_state", "outside_success")
+
+
+def prior_columns(rows: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """The columns of :func:`sibling_consensus` rows that hold no outcome of the node's environment state.
+
+    ``same_state`` (how many other roots reached the state, a share of C: a state no other root reached is
+    usually a dead end) and ``outside_success = others_success - same_state_success`` (the summed rewards of the
+    roots of C OUTSIDE the state, over |C|: how hard the prompt is elsewhere). A predictor that reads these as
+    features can take the state's own outcomes as evidence afterwards (`same_state_outcomes`,
+    ``budget.state_evidence``) without counting them twice: an empirical-Bayes split of the same tree into a prior
+    (the features) and the likelihood (the outcomes), ours (docs/predictor.md).
+
+    Args:
+        rows: float (n, 3) in :data:`GROUP_FEATURES` order.
+
+    Returns:
+        float64 (n, 2) in :data:`GROUP_PRIOR_FEATURES` order, in [0, 1].
+
+    Raises:
+        ValueError: ``rows`` not of shape (n, 3).
+    """
+    arr = np.asarray(rows, dtype=np.float64)
+    if arr.ndim != 2 or arr.shape[1] != len(GROUP_FEATURES):
+        raise ValueError(f"prior_columns: rows must have shape (n, {len(GROUP_FEATURES)}); got {arr.shape}")
+    return np.stack([arr[:, 0], np.clip(arr[:, 2] - arr[:, 1], 0.0, 1.0)], axis=1)
+
+
 def same_state_outcomes(
     tree: Any, nodes: npt.ArrayLike
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:

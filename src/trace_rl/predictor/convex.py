@@ -46,7 +46,7 @@ from trace_rl.predictor.base import (
     validate_texts,
     validate_update,
 )
-from trace_rl.predictor.consensus import GROUP_FEATURES
+from trace_rl.predictor.consensus import GROUP_FEATURES, prior_columns
 from trace_rl.predictor.names import (  # noqa: F401 (re-exported)
     CONVEX_FEATURES,
     CONVEX_NAMES,
@@ -75,7 +75,9 @@ class ConvexConfig:
             anchor (:class:`~trace_rl.predictor.policy_state.PolicyStateEncoder`, attached with
             :meth:`ConvexSuccessPredictor.attach_state`): "state", "ngram+minilm+state"; or with the sibling
             consensus of the prefix's tree (:func:`~trace_rl.predictor.consensus.sibling_consensus`, registered
-            with :meth:`ConvexSuccessPredictor.register_group`): "ngram+minilm+group".
+            with :meth:`ConvexSuccessPredictor.register_group`): "ngram+minilm+group", or its columns without the
+            outcomes of the prefix's own environment state (:func:`~trace_rl.predictor.consensus.prior_columns`,
+            the prior that ``budget.state_evidence`` updates with them): "ngram+minilm+group-prior".
         ngram_range: character n-gram lengths (inclusive).
         n_features: hashing dimension of the n-gram counts.
         c: inverse L2 strength of the logistic head (sklearn's ``C``); larger = weaker regularisation.
@@ -307,8 +309,9 @@ class _Batch:
         x: the (N, F) features as column blocks (see :meth:`ConvexSuccessPredictor._features`).
         states: the policy-state block of ``x`` (N, F_s) as computed at the update (None without one): kept in
             the state dict, since the policy that produced it is gone by the time a run resumes.
-        groups: the sibling-consensus block of ``x`` (N, 3) as registered at the update (None without one): kept
-            in the state dict, since the trees it was read from are gone by the time a run resumes.
+        groups: the sibling-consensus rows (N, 3) as registered at the update (None without one; ``x`` holds them,
+            or their :func:`~trace_rl.predictor.consensus.prior_columns` for "group-prior"): kept in the state
+            dict, since the trees they were read from are gone by the time a run resumes.
     """
 
     version: int
@@ -531,7 +534,8 @@ class ConvexSuccessPredictor:
         if self.uses_state:
             parts.append(self._state_block(texts) if states is None else states)
         if self.uses_group:
-            parts.append(self._group_block(texts) if groups is None else groups)
+            block = self._group_block(texts) if groups is None else groups
+            parts.append(prior_columns(block) if self.config.features.endswith("group-prior") else block)
         return tuple(parts)
 
     def _set_scale(self, texts: list[str]) -> None:
@@ -676,7 +680,8 @@ class ConvexSuccessPredictor:
         row = np.asarray([index.setdefault(t, len(index)) for t in items], dtype=np.int64)
         distinct = list(index)
         self._set_scale(distinct)
-        x = self._features(distinct)
+        groups = self._group_block(distinct) if self.uses_group else None  # raw rows, as registered
+        x = self._features(distinct, groups=groups)
         before = self.text_estimate(distinct, x)
         loss = float(np.sum(w * (before[row] - y) ** 2) / np.sum(w))
         for t, b in zip(distinct, before, strict=True):
@@ -691,7 +696,7 @@ class ConvexSuccessPredictor:
                 trials=np.bincount(row, weights=w, minlength=len(distinct)).astype(np.float64),
                 x=x,
                 states=x[-2 if self.uses_group else -1] if self.uses_state else None,
-                groups=x[-1] if self.uses_group else None,
+                groups=groups,
             )
         )
         self._forget()
@@ -886,6 +891,7 @@ DEFAULT_C = {
     "state-head": 30.0,
     "ngram+minilm+state": 30.0,
     "ngram+minilm+group": 30.0,
+    "ngram+minilm+group-prior": 30.0,
 }
 
 
@@ -893,7 +899,8 @@ def build_convex_predictor(name: str, **overrides: Any) -> ConvexSuccessPredicto
     """Build "ngram", "minilm-head" (frozen MiniLM embeddings), "ngram+minilm", the policy-state predictors
     "state-head" and "ngram+minilm+state" (see ``build_predictor``; these need
     :meth:`ConvexSuccessPredictor.attach_state` before they score or train), or the group-aware
-    "ngram+minilm+group" (needs :meth:`ConvexSuccessPredictor.register_group` rows for the prefixes it scores).
+    "ngram+minilm+group" and "ngram+minilm+group-prior" (need :meth:`ConvexSuccessPredictor.register_group` rows
+    for the prefixes they score).
 
     Raises:
         ValueError: unknown name or option.

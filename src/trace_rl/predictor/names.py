@@ -10,6 +10,7 @@ CONVEX_FEATURES = {
     "state-head": "state",
     "ngram+minilm+state": "ngram+minilm+state",
     "ngram+minilm+group": "ngram+minilm+group",
+    "ngram+minilm+group-prior": "ngram+minilm+group-prior",
 }
 CONVEX_NAMES = tuple(CONVEX_FEATURES)
 #: The predictors that read the live policy's hidden state: only trace-rl's own trainer attaches a policy to them
@@ -19,8 +20,12 @@ STATE_NAMES = tuple(name for name, features in CONVEX_FEATURES.items() if "state
 #: registers each scored or trained-on prefix's sibling-consensus row (`trace_rl.train.step.training_step`, which
 #: the TRL adapter runs too); the verl adapter, whose predictor lives in a Ray actor, refuses them.
 GROUP_NAMES = tuple(name for name, features in CONVEX_FEATURES.items() if "group" in features)
-#: Why a group-aware predictor and budget.state_evidence do not go together (config check and replay_allocator).
+#: The group-aware predictors whose features hold the same-state roots' outcomes ("group"; "group-prior" reads only
+#: the size of the state and the outcomes outside it, and leaves the state's outcomes to budget.state_evidence).
+GROUP_OUTCOME_NAMES = tuple(name for name, features in CONVEX_FEATURES.items() if features.endswith("+group"))
+#: Why those and budget.state_evidence do not go together (config check and replay_allocator).
 GROUP_WITH_EVIDENCE = (
-    "a group-aware predictor already reads the same-state roots' outcomes as features (its prior depends on "
-    "them); budget.state_evidence would count them a second time as evidence: use one or the other"
+    "this group-aware predictor already reads the same-state roots' outcomes as features (its prior depends on "
+    "them); budget.state_evidence would count them a second time as evidence: use one or the other, or "
+    "ngram+minilm+group-prior, whose prior leaves them out"
 )

@@ -84,10 +84,10 @@ def validate(cfg: TrainConfig) -> None:
         f"contrast replaces the objective of allocate_prefixes, which method {cfg.method} does not use "
         f"(methods that do: {', '.join(m for m in METHODS if _uses_allocate_prefixes(m))})",
     )
-    from trace_rl.predictor.names import GROUP_NAMES, GROUP_WITH_EVIDENCE
+    from trace_rl.predictor.names import GROUP_OUTCOME_NAMES, GROUP_WITH_EVIDENCE
 
     need(
-        not (cfg.budget.state_evidence and cfg.predictor.name in GROUP_NAMES),
+        not (cfg.budget.state_evidence and cfg.predictor.name in GROUP_OUTCOME_NAMES),
         "budget.state_evidence",
         f"with predictor.name={cfg.predictor.name}: {GROUP_WITH_EVIDENCE}",
     )

@@ -43,7 +43,7 @@ from trace_rl.allocation import (
 from trace_rl.predictor import posterior_mean
 from trace_rl.predictor.consensus import same_state_outcomes, sibling_consensus
 from trace_rl.predictor.examples import leaf_counts
-from trace_rl.predictor.names import GROUP_WITH_EVIDENCE
+from trace_rl.predictor.names import GROUP_OUTCOME_NAMES, GROUP_WITH_EVIDENCE
 from trace_rl.predictor.serialize import serialize_anchor
 from trace_rl.rollout.agent import SavePoint
 from trace_rl.rollout.expansion import PrefixChoice, ReplayAllocator
@@ -144,7 +144,7 @@ def replay_allocator(
         raise ValueError("sibling_weight applies to the contrast objective only")
     if state_evidence and (method.prefixes is not trace_prefixes or tail is not None):
         raise ValueError(f"state_evidence values allocate_prefixes' anchors; {method.name!r} does not use it")
-    if state_evidence and getattr(predictor, "uses_group", False):
+    if state_evidence and getattr(predictor, "name", None) in GROUP_OUTCOME_NAMES:
         raise ValueError(GROUP_WITH_EVIDENCE)
     cap: int | None = None
     if max_per_prefix is not None:
