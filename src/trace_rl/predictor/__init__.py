@@ -58,7 +58,9 @@ def build_predictor(name_or_path: str, **overrides: Any) -> SuccessPredictor:
             state-aware "state-head" / "ngram+minilm+state" (the policy's hidden state at the anchor's token
             context, :mod:`trace_rl.predictor.policy_state`; call ``attach_state`` before use), and the
             group-aware "ngram+minilm+group" (the other root rollouts of a prefix's tree,
-            :mod:`trace_rl.predictor.consensus`; call ``register_group`` for the prefixes it scores).
+            :mod:`trace_rl.predictor.consensus`; call ``register_group`` for the prefixes it scores) and
+            "ngram+minilm+group-prior" (the same rows without the outcomes of the prefix's own state,
+            :func:`~trace_rl.predictor.consensus.prior_columns`: the prior of ``budget.state_evidence``).
         **overrides: fields of :class:`trace_rl.predictor.model.PredictorConfig` (lr, max_tokens, device, ...);
             for "tiny" also d_model, n_layers, n_heads, d_ff; for Hugging Face models also pooling; for the
             convex predictors fields of :class:`trace_rl.predictor.convex.ConvexConfig` (c, kappa, ...; lr and

@@ -141,7 +141,8 @@ class BudgetSection:
             1 = the expected number of sibling groups, root group included, that become mixed under TreeRPO).
         state_evidence: trace, trace_prefix_only and trace_fresh only (ours): value each anchor by the predictor's
             posterior given the root rollouts in its environment state (its own, and the other roots whose
-            observations agree through its depth), not by the predictor's estimate alone; docs/predictor.md.
+            observations agree through its depth), not by the predictor's estimate alone; docs/predictor.md. A
+            config error with predictor.name=ngram+minilm+group (its prior already reads those outcomes).
     """
 
     roots: int = 32
@@ -208,8 +209,9 @@ class PredictorSection:
     Attributes:
         name: backbone ("tiny", "minilm", a local Hugging Face path, or a convex predictor: "ngram",
             "minilm-head", "ngram+minilm", with the live policy's hidden state at the anchor "state-head",
-            "ngram+minilm+state", or with the other root rollouts of the anchor's tree "ngram+minilm+group"; see
-            `trace_rl.predictor.build_predictor`).
+            "ngram+minilm+state", or with the other root rollouts of the anchor's tree "ngram+minilm+group" and
+            "ngram+minilm+group-prior" (without the outcomes of the anchor's own state, the prior that
+            budget.state_evidence updates with them); see `trace_rl.predictor.build_predictor`).
         prefix_share: share of prefix nodes in each predictor batch (paper: about 6%).
         buffer_steps: recent steps kept in the replay buffer of the neural predictors (the convex predictors keep
             their own window, history_window).
