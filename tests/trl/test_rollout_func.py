@@ -164,3 +164,32 @@ def test_refuses_settings_that_cannot_take_effect(tmp_path: Any) -> None:
     trainer.model.eval()
     with pytest.raises(ValueError, match="training steps only"):
         rollout(prompts, trainer)
+
+
+def test_group_predictor_gets_its_consensus_rows_inside_trl(tmp_path: Any) -> None:
+    """The group-aware predictors read rows the step registers (`training_step` -> replay_allocator and the
+    predictor update): inside TRL the same step runs, so the second, warm step scores anchors with registered rows
+    (an unregistered prefix text would raise) and every kept update holds one row per text."""
+    torch.manual_seed(0)
+    policy = load_policy("tiny", seed=3)
+    tasks = parity_tasks(6)
+    settings = TraceSettings(
+        continuations=1, max_turns=3, max_new_tokens=6, predictor="ngram+minilm+group-prior", seed=0
+    )
+    rollout = trace_rollout_func(tasks, policy, parity_env, settings, root_budget=4)
+    trainer = GRPOTrainer(
+        model=policy.model,
+        processing_class=policy.tokenizer,
+        reward_funcs=[trace_advantage_reward, trace_env_reward],
+        args=_config(tmp_path),
+        train_dataset=Dataset.from_list(tasks_dataset_rows(tasks)),
+        rollout_func=rollout,
+    )
+    trainer.train()
+    assert [r["allocation"] for r in rollout.records] == ["treepo", "trace"]  # step 2 scored with the rows
+    predictor = rollout.parts.predictor
+    assert predictor.uses_group and predictor.num_updates == 2
+    for batch in predictor._batches:
+        assert batch.groups.shape == (len(batch.texts), 3)
+        prefix = np.array(["[TURN 1]" in text for text in batch.texts])
+        assert prefix.any() and (batch.groups[~prefix] == 0).all()  # prompt texts: zeros by definition

@@ -108,7 +108,8 @@ def consensus_data(n: int, seed: int) -> tuple[list[str], np.ndarray, np.ndarray
     for i in range(n):
         good = bool(rng.random() < 0.5)
         same = rng.uniform(0.3, 0.8)
-        rows.append([same, same * (0.9 if good else 0.1), rng.uniform(0.2, 0.6)])
+        inside = same * (0.9 if good else 0.1)
+        rows.append([same, inside, inside + rng.uniform(0.0, 1.0 - same)])  # outside successes <= 1 - same
         word = "".join(rng.choice(list("abcdefgh"), 12))
         texts.append(f"[PROMPT]\n{word} {seed} {i}\n[TURN 1]\nsame")
         y.append(float(rng.random() < (0.9 if good else 0.1)))
@@ -142,14 +143,19 @@ def test_group_predictor_refuses_unregistered_prefixes_and_round_trips_its_rows(
         pred.register_group(train, rows[:, :2])
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         pred.register_group(train[:1], [[0.5, 2.0, 0.1]])
+    with pytest.raises(ValueError, match="must not exceed"):
+        pred.register_group(train[:1], [[0.5, 0.4, 0.3]])  # more successes in the state than among all others
     pred.register_group(train, rows)
     pred.update(train, y)
     state = pred.state_dict()
     np.testing.assert_allclose(state["batches"][0]["groups"], rows)
     again = group_predictor()
     again.load_state_dict(state)  # the rows come back with the batch: no tree needed to resume
-    again.register_group(train[:5], rows[:5])
-    np.testing.assert_allclose(again.predict(train[:5]), pred.predict(train[:5]), rtol=1e-12)
+    unseen, unseen_rows, _ = consensus_data(8, 9)  # no kept outcome: the restored head and features decide
+    for p in (pred, again):
+        p.register_group(unseen, unseen_rows)
+    np.testing.assert_allclose(again.predict(unseen), pred.predict(unseen), rtol=1e-12)
+    assert np.ptp(pred.predict(unseen)) > 0.1  # the head reads the rows: a lost head would not pass
     del state["batches"][0]["groups"]
     with pytest.raises(ValueError, match="groups"):
         group_predictor().load_state_dict(state)
@@ -332,6 +338,12 @@ def test_a_cold_group_predictor_already_refuses_unregistered_prefixes() -> None:
     pred = group_predictor()
     with pytest.raises(ValueError, match="register_group"):
         pred.predict(["[PROMPT]\np\n[TURN 1]\nunregistered"])
+    train, rows, _ = consensus_data(10, 4)
+    pred.register_group(train, rows)
+    pred.update(train, np.zeros(len(train)))  # one label only: the head is a constant, reads no rows
+    assert isinstance(pred._model, float)
+    with pytest.raises(ValueError, match="register_group"):
+        pred.predict(["[PROMPT]\np\n[TURN 1]\nunregistered"])
 
 
 def group_prior_predictor() -> ConvexSuccessPredictor:
@@ -372,8 +384,12 @@ def test_group_prior_predictor_reads_no_outcome_of_the_state_and_stores_the_full
     assert not np.allclose(pred.predict(test), first)  # successes outside the state do
     again = group_prior_predictor()
     again.load_state_dict(pred.state_dict())
-    again.register_group(train[:5], rows[:5])
-    np.testing.assert_allclose(again.predict(train[:5]), pred.predict(train[:5]), rtol=1e-12)
+    again.register_group(test, a)
+    pred.register_group(test, a)
+    np.testing.assert_allclose(
+        again.predict(test), first, rtol=1e-12
+    )  # unseen texts: the restored head decides
+    assert np.ptp(first) > 0.05  # ... and it reads the rows
 
 
 def test_group_prior_predictor_goes_with_state_evidence(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -383,8 +399,32 @@ def test_group_prior_predictor_goes_with_state_evidence(tmp_path) -> None:  # ty
     replay_allocator(  # no ValueError: its prior leaves the state's outcomes to the evidence
         METHODS["trace"], group_prior_predictor(), replay_cost=0.5, rng_of=None, state_evidence=True
     )
+    renamed = ConvexSuccessPredictor("mine", ConvexConfig(features="ngram+minilm+group"), fake_encoder)
+    with pytest.raises(ValueError, match="a second time"):  # decided by the features, not the name
+        replay_allocator(METHODS["trace"], renamed, replay_cost=0.5, rng_of=None, state_evidence=True)
+    from trace_rl.predictor.convex import build_convex_predictor
+
+    with pytest.raises(ValueError, match="sets the features"):
+        build_convex_predictor("ngram+minilm+group-prior", features="ngram+minilm+group")
     t, records = _smoke_trainer(tmp_path, "ngram+minilm+group-prior", "budget.state_evidence=true")
     assert [r["allocation"] for r in records] == ["treepo", "trace"]
     assert [r["state_evidence"] for r in records] == [0.0, 1.0]
     for batch in t.predictor._batches:  # type: ignore[attr-defined]
         assert batch.groups.shape == (len(batch.texts), len(GROUP_FEATURES))
+
+
+def test_nodes_of_one_text_in_different_states_keep_every_members_state_out_of_the_prior() -> None:
+    """A history cut at max_chars can give two nodes in different states one text (A saw "x" then "y", B saw "z"
+    then "y"). Their shared row must count a root in EITHER state as in-state: else the prior's outside successes
+    would hold E (in A's state), which A's state evidence adds again."""
+    tree = RolloutTree.new()
+    a = tree.add_rollout(chain("x", "y", "", who="A"), 0.0)
+    b = tree.add_rollout(chain("z", "y", "", who="B"), 0.0)
+    tree.add_rollout(chain("x", "y", "", who="E"), 1.0)
+    tree.add_rollout(chain("q", "w", "", who="F"), 0.0)
+    rows = sibling_consensus(tree, [a[1], b[1]], keys=["cut", "cut"])
+    np.testing.assert_allclose(rows, [[1 / 2, 1 / 2, 1 / 2]] * 2)  # C = {E, F}; E is in A's state
+    np.testing.assert_allclose(prior_columns(rows), [[1 / 2, 0]] * 2)  # nothing solved outside both states
+    s, n = same_state_outcomes(tree, [a[1]])
+    np.testing.assert_allclose([s, n], [[1], [1]])  # E enters A's value once: as evidence
+    np.testing.assert_allclose(sibling_consensus(tree, [b[1]]), [[0, 0, 1 / 3]])  # alone, B's own state only

@@ -22,7 +22,8 @@ rollout never enters its row (leak-free: the predictor trains on the node's outc
 contain it). The predictor keys rows by text, and two nodes can share one (two roots that acted and were answered
 identically, or a serialization cut at ``max_chars``); its update pools their outcomes into one target. Given
 ``keys`` (the nodes' texts), nodes with one key therefore get one row, over the roots that pass through NONE of
-them, so that no outcome behind a text's target enters that text's row. A node created by a replay is compared
+them, so that no outcome behind a text's target enters that text's row; their "same state" is the state of any
+of them (a history cut at ``max_chars`` can give nodes in different states one text). A node created by a replay is compared
 with every root rollout (none passes through it), the rollout its anchor lies on included: that rollout shares its
 state up to the anchor, and its ending is a sample from there.
 """
@@ -116,7 +117,10 @@ def _consensus_counts(
     tree: Any, nodes: npt.ArrayLike, keys: Sequence[str] | None = None
 ) -> npt.NDArray[np.float64]:
     """float64 (n, 4) per node: |C|, rollouts of C in the same state, their summed rewards, C's summed rewards;
-    with ``keys``, C leaves out the roots through any node of the same key."""
+    with ``keys``, C leaves out the roots through any node of the same key, and "the same state" is the state of
+    any of them (one text can stand for several states when serialization cut the history at ``max_chars``: a root
+    in one member's state is then never counted outside the text's state, where the prior of ``group-prior`` would
+    read it next to that member's state evidence)."""
     ids = np.asarray(nodes, dtype=np.int64).reshape(-1)
     if ids.size and (ids.min() < 0 or ids.max() >= tree.num_nodes):
         raise ValueError(f"sibling_consensus: node ids must lie in [0, {tree.num_nodes}); got {ids.tolist()}")
@@ -144,8 +148,10 @@ def _consensus_counts(
         ]
         if not others:
             continue
-        mine = _observations(tree, turns, node)
-        same = [i for i in others if len(observed[i]) >= t and observed[i][:t] == mine]
+        states = [(depth[u], _observations(tree, turns, u)) for u in same_key]
+        same = [
+            i for i in others if any(observed[i][:d] == obs and len(observed[i]) >= d for d, obs in states)
+        ]
         out[row] = (len(others), len(same), float(np.sum(reward[same])), float(np.sum(reward[others])))
     return out
 

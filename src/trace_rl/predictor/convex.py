@@ -444,6 +444,12 @@ class ConvexSuccessPredictor:
         """Whether the features include the sibling consensus of the prefix's tree (feature sets with "group")."""
         return "group" in self.config.features
 
+    @property
+    def reads_state_outcomes(self) -> bool:
+        """Whether the features hold the outcomes of the prefix's own environment state ("group"; "group-prior"
+        leaves them out): such a predictor must not be given them again as evidence (``budget.state_evidence``)."""
+        return self.uses_group and not self.config.features.endswith("group-prior")
+
     def register_group(self, texts: Sequence[str], rows: npt.ArrayLike) -> None:
         """Remember the sibling-consensus row (float (n, 3), :data:`~trace_rl.predictor.consensus.GROUP_FEATURES`)
         of each prefix text, as :func:`~trace_rl.predictor.consensus.sibling_consensus` computed it from the text's
@@ -452,7 +458,8 @@ class ConvexSuccessPredictor:
         dropped first).
 
         Raises:
-            ValueError: lengths differ, or a row is not 3 finite numbers in [0, 1].
+            ValueError: lengths differ, a row is not 3 finite numbers in [0, 1], or its same_state_success exceeds
+                its same_state or others_success (no tree gives such a row).
         """
         if not self.uses_group:
             return
@@ -465,6 +472,11 @@ class ConvexSuccessPredictor:
             )
         if not np.all(np.isfinite(arr)) or (arr < 0).any() or (arr > 1).any():
             raise ValueError("register_group: sibling-consensus rows must be finite shares in [0, 1]")
+        if (arr[:, 1] > np.minimum(arr[:, 0], arr[:, 2]) + 1e-9).any():
+            raise ValueError(
+                "register_group: same_state_success must not exceed same_state or others_success (the state's "
+                "successes are a part of both); rows come from sibling_consensus"
+            )
         for text, row in zip(items, arr, strict=True):
             self._group[text] = row
             self._group.move_to_end(text)
@@ -524,7 +536,8 @@ class ConvexSuccessPredictor:
         """The (N, F) features as column blocks: scaled n-gram counts (scipy CSR, N x n_features), the
         prompt block's frozen embedding (dense float64, N x H), the unit-norm policy state at the text's token
         context (dense float64, N x F_s; ``states`` when given, e.g. restored) and the sibling consensus (dense
-        float64, N x 3; ``groups`` when given), in that order (:func:`fit_binomial_logistic`); each block only
+        float64, N x 3, or its N x 2 :func:`~trace_rl.predictor.consensus.prior_columns` for "group-prior";
+        ``groups``, the registered N x 3 rows, when given), in that order (:func:`fit_binomial_logistic`); each block only
         where ``features`` names it."""
         parts: list[Any] = []
         if "ngram" in self.config.features:
@@ -608,9 +621,9 @@ class ConvexSuccessPredictor:
         """
         items = validate_texts(texts)
         start = time.perf_counter()
-        if (
-            self.uses_group and self._model is None
-        ):  # no head reads the rows yet: still refuse unregistered ones
+        if self.uses_group and (
+            self._model is None or isinstance(self._model, float)
+        ):  # no head reads the rows yet (cold, or every kept outcome alike): still refuse unregistered ones
             self._group_block(items)
         out = self._posterior(items, np.zeros(len(items)), np.zeros(len(items)))
         self._timing["predict_calls"] += 1
@@ -908,6 +921,10 @@ def build_convex_predictor(name: str, **overrides: Any) -> ConvexSuccessPredicto
     features = CONVEX_FEATURES.get(name)
     if features is None:
         raise ValueError(f"unknown convex predictor {name!r}; choose one of {', '.join(CONVEX_NAMES)}")
+    if "features" in overrides:
+        raise ValueError(
+            f"the name sets the features ({name!r}: {features!r}); pick the name, not a features option"
+        )
     overrides.setdefault("c", DEFAULT_C[name])
     overrides.pop("seed", None)  # the fit is deterministic
     overrides.pop("lr", None)  # no learning rate: a convex refit

@@ -25,7 +25,7 @@ GROUP_NAMES = tuple(name for name, features in CONVEX_FEATURES.items() if "group
 GROUP_OUTCOME_NAMES = tuple(name for name, features in CONVEX_FEATURES.items() if features.endswith("+group"))
 #: Why those and budget.state_evidence do not go together (config check and replay_allocator).
 GROUP_WITH_EVIDENCE = (
-    "this group-aware predictor already reads the same-state roots' outcomes as features (its prior depends on "
-    "them); budget.state_evidence would count them a second time as evidence: use one or the other, or "
+    "ngram+minilm+group reads the outcomes of the roots in the anchor's environment state as features (its prior "
+    "depends on them); budget.state_evidence would count them a second time as evidence: use one or the other, or "
     "ngram+minilm+group-prior, whose prior leaves them out"
 )

@@ -43,7 +43,7 @@ from trace_rl.allocation import (
 from trace_rl.predictor import posterior_mean
 from trace_rl.predictor.consensus import same_state_outcomes, sibling_consensus
 from trace_rl.predictor.examples import leaf_counts
-from trace_rl.predictor.names import GROUP_OUTCOME_NAMES, GROUP_WITH_EVIDENCE
+from trace_rl.predictor.names import GROUP_WITH_EVIDENCE
 from trace_rl.predictor.serialize import serialize_anchor
 from trace_rl.rollout.agent import SavePoint
 from trace_rl.rollout.expansion import PrefixChoice, ReplayAllocator
@@ -128,7 +128,9 @@ def replay_allocator(
     Raises:
         ValueError: ``max_per_prefix`` or ``objective="contrast"`` with a method whose prefix strategy is not
             `trace_prefixes` (a setting that would not take effect), an unknown objective, a sibling weight with
-            the paper's objective, or from `prefix_budget`'s checks.
+            the paper's objective, ``state_evidence`` with such a method or with a predictor whose features already
+            hold the state's outcomes (``reads_state_outcomes``: ngram+minilm+group), or from `prefix_budget`'s
+            checks.
     """
     is_priced = priced(method, accounting)
     u = units_per_rollout(replay_cost) if is_priced else 1
@@ -144,8 +146,8 @@ def replay_allocator(
         raise ValueError("sibling_weight applies to the contrast objective only")
     if state_evidence and (method.prefixes is not trace_prefixes or tail is not None):
         raise ValueError(f"state_evidence values allocate_prefixes' anchors; {method.name!r} does not use it")
-    if state_evidence and getattr(predictor, "name", None) in GROUP_OUTCOME_NAMES:
-        raise ValueError(GROUP_WITH_EVIDENCE)
+    if state_evidence and getattr(predictor, "reads_state_outcomes", False):
+        raise ValueError(f"predictor {getattr(predictor, 'name', '?')!r}: {GROUP_WITH_EVIDENCE}")
     cap: int | None = None
     if max_per_prefix is not None:
         if method.prefixes is not trace_prefixes or tail is not None:
