@@ -63,6 +63,18 @@ def _config(tmp_path: Any, **overrides: Any) -> GRPOConfig:
     return GRPOConfig(**kwargs)
 
 
+def _trainer(cls: type[GRPOTrainer], policy: Any, tasks: list[Any], rollout_func: Any, tmp_path: Any) -> Any:
+    """A ``cls`` (GRPOTrainer or a subclass) on the tasks' dataset with TRACE's rewards and ``rollout_func``."""
+    return cls(
+        model=policy.model,
+        processing_class=policy.tokenizer,
+        reward_funcs=[trace_advantage_reward, trace_env_reward],
+        args=_config(tmp_path),
+        train_dataset=Dataset.from_list(tasks_dataset_rows(tasks)),
+        rollout_func=rollout_func,
+    )
+
+
 def test_grpo_trainer_trains_two_steps_on_trace_rows(tmp_path: Any) -> None:
     torch.manual_seed(0)
     policy = load_policy("tiny", seed=3)
@@ -77,14 +89,7 @@ def test_grpo_trainer_trains_two_steps_on_trace_rows(tmp_path: Any) -> None:
         return out
 
     before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
-    trainer = RecordingGRPOTrainer(
-        model=policy.model,
-        processing_class=policy.tokenizer,
-        reward_funcs=[trace_advantage_reward, trace_env_reward],
-        args=_config(tmp_path),
-        train_dataset=Dataset.from_list(tasks_dataset_rows(tasks)),
-        rollout_func=recording,
-    )
+    trainer = _trainer(RecordingGRPOTrainer, policy, tasks, recording, tmp_path)
     trainer.captured = []
     trainer.train()
 
@@ -177,15 +182,7 @@ def test_group_predictor_gets_its_consensus_rows_inside_trl(tmp_path: Any) -> No
         continuations=1, max_turns=3, max_new_tokens=6, predictor="ngram+minilm+group-prior", seed=0
     )
     rollout = trace_rollout_func(tasks, policy, parity_env, settings, root_budget=4)
-    trainer = GRPOTrainer(
-        model=policy.model,
-        processing_class=policy.tokenizer,
-        reward_funcs=[trace_advantage_reward, trace_env_reward],
-        args=_config(tmp_path),
-        train_dataset=Dataset.from_list(tasks_dataset_rows(tasks)),
-        rollout_func=rollout,
-    )
-    trainer.train()
+    _trainer(GRPOTrainer, policy, tasks, rollout, tmp_path).train()
     assert [r["allocation"] for r in rollout.records] == ["treepo", "trace"]  # step 2 scored with the rows
     predictor = rollout.parts.predictor
     assert predictor.uses_group and predictor.num_updates == 2

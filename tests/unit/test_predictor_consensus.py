@@ -201,14 +201,19 @@ def _smoke_trainer(tmp_path, predictor: str, *extra: str):  # type: ignore[no-un
     return t, records
 
 
+def assert_rows_kept(predictor: ConvexSuccessPredictor) -> None:
+    """Every kept update holds one full sibling-consensus row per text, zeros for prompt texts, some prefixes."""
+    for batch in predictor._batches:
+        assert batch.groups is not None and batch.groups.shape == (len(batch.texts), len(GROUP_FEATURES))
+        prefix = np.array(["[TURN 1]" in text for text in batch.texts])
+        assert prefix.any() and (batch.groups[~prefix] == 0).all()  # prompt texts: zeros by definition
+
+
 def test_trainer_registers_the_consensus_of_every_node_it_trains_on(tmp_path) -> None:  # type: ignore[no-untyped-def]
     t, records = _smoke_trainer(tmp_path, "ngram+minilm+group")
     assert [r["allocation"] for r in records] == ["treepo", "trace"]  # step 2 scored anchors with the rows
     assert [r["state_evidence"] for r in records] == [0.0, 0.0]
-    for batch in t.predictor._batches:  # type: ignore[attr-defined]
-        assert batch.groups.shape == (len(batch.texts), len(GROUP_FEATURES))
-        prefix = np.array(["[TURN 1]" in text for text in batch.texts])
-        assert prefix.any() and (batch.groups[~prefix] == 0).all()  # prompt texts: zeros by definition
+    assert_rows_kept(t.predictor)
 
 
 def test_trainer_applies_state_evidence_where_the_prefix_stage_uses_the_predictor(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -409,8 +414,7 @@ def test_group_prior_predictor_goes_with_state_evidence(tmp_path) -> None:  # ty
     t, records = _smoke_trainer(tmp_path, "ngram+minilm+group-prior", "budget.state_evidence=true")
     assert [r["allocation"] for r in records] == ["treepo", "trace"]
     assert [r["state_evidence"] for r in records] == [0.0, 1.0]
-    for batch in t.predictor._batches:  # type: ignore[attr-defined]
-        assert batch.groups.shape == (len(batch.texts), len(GROUP_FEATURES))
+    assert_rows_kept(t.predictor)
 
 
 def test_nodes_of_one_text_in_different_states_keep_every_members_state_out_of_the_prior() -> None:

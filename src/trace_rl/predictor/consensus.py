@@ -1,6 +1,6 @@
 """What a prompt's other root rollouts say about a prefix: sibling consensus, a feature block of the convex predictor.
 
-Why (issue 23, item 1; docs/predictor.md, "The group-aware predictor"): the root rollouts of a prompt are samples of
+Why (issue 23, item 1; docs/predictor.md, "The group-aware predictors"): the root rollouts of a prompt are samples of
 the same policy on the same task, and in a multi-turn environment several of them often pass through the same
 environment state (the same observations, turn after turn). Those that did are extra Monte Carlo samples of the
 success probability from the anchor's state, already generated and paid for; those that did not still say how hard
@@ -136,23 +136,26 @@ def _consensus_counts(
     paths = [tree.path_to(int(leaf)).tolist() for leaf in roots]
     observed = [_observations(tree, turns, int(leaf)) for leaf in roots]
     out = np.zeros((ids.size, 4), dtype=np.float64)
+    counts: dict[Any, tuple[float, float, float, float]] = {}  # per key: its nodes share one row
     for row, node in enumerate(ids.tolist()):
-        t = depth[node]
-        if t == 0:
+        if depth[node] == 0:
             continue
-        same_key = members[row if keys is None else keys[row]]
-        others = [
-            i
-            for i, p in enumerate(paths)
-            if not any(len(p) > depth[u] and p[depth[u]] == u for u in same_key)
-        ]
-        if not others:
-            continue
-        states = [(depth[u], _observations(tree, turns, u)) for u in same_key]
-        same = [
-            i for i in others if any(observed[i][:d] == obs and len(observed[i]) >= d for d, obs in states)
-        ]
-        out[row] = (len(others), len(same), float(np.sum(reward[same])), float(np.sum(reward[others])))
+        key = row if keys is None else keys[row]
+        if key not in counts:
+            same_key = members[key]
+            others = [
+                i
+                for i, p in enumerate(paths)
+                if not any(len(p) > depth[u] and p[depth[u]] == u for u in same_key)
+            ]
+            states = [(depth[u], _observations(tree, turns, u)) for u in same_key]
+            same = [
+                i
+                for i in others
+                if any(observed[i][:d] == obs and len(observed[i]) >= d for d, obs in states)
+            ]
+            counts[key] = (len(others), len(same), float(np.sum(reward[same])), float(np.sum(reward[others])))
+        out[row] = counts[key]
     return out
 
 

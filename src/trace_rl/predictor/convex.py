@@ -52,6 +52,8 @@ from trace_rl.predictor.names import (  # noqa: F401 (re-exported)
     CONVEX_NAMES,
     GROUP_NAMES,
     STATE_NAMES,
+    reads_state_outcomes,
+    uses_group_prior,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -448,7 +450,7 @@ class ConvexSuccessPredictor:
     def reads_state_outcomes(self) -> bool:
         """Whether the features hold the outcomes of the prefix's own environment state ("group"; "group-prior"
         leaves them out): such a predictor must not be given them again as evidence (``budget.state_evidence``)."""
-        return self.uses_group and not self.config.features.endswith("group-prior")
+        return reads_state_outcomes(self.config.features)
 
     def register_group(self, texts: Sequence[str], rows: npt.ArrayLike) -> None:
         """Remember the sibling-consensus row (float (n, 3), :data:`~trace_rl.predictor.consensus.GROUP_FEATURES`)
@@ -548,7 +550,7 @@ class ConvexSuccessPredictor:
             parts.append(self._state_block(texts) if states is None else states)
         if self.uses_group:
             block = self._group_block(texts) if groups is None else groups
-            parts.append(prior_columns(block) if self.config.features.endswith("group-prior") else block)
+            parts.append(prior_columns(block) if uses_group_prior(self.config.features) else block)
         return tuple(parts)
 
     def _set_scale(self, texts: list[str]) -> None:

@@ -20,9 +20,24 @@ STATE_NAMES = tuple(name for name, features in CONVEX_FEATURES.items() if "state
 #: registers each scored or trained-on prefix's sibling-consensus row (`trace_rl.train.step.training_step`, which
 #: the TRL adapter runs too); the verl adapter, whose predictor lives in a Ray actor, refuses them.
 GROUP_NAMES = tuple(name for name, features in CONVEX_FEATURES.items() if "group" in features)
-#: The group-aware predictors whose features hold the same-state roots' outcomes ("group"; "group-prior" reads only
-#: the size of the state and the outcomes outside it, and leaves the state's outcomes to budget.state_evidence).
-GROUP_OUTCOME_NAMES = tuple(name for name, features in CONVEX_FEATURES.items() if features.endswith("+group"))
+
+
+def uses_group_prior(features: str) -> bool:
+    """Whether a feature set reads the group rows without the state's outcomes ("group-prior": the size of the
+    state and the outcomes outside it; `trace_rl.predictor.consensus.prior_columns`)."""
+    return features.endswith("group-prior")
+
+
+def reads_state_outcomes(features: str) -> bool:
+    """Whether a feature set holds the outcomes of the prefix's own environment state ("group", not "group-prior"):
+    such a predictor must not get them again as evidence (budget.state_evidence)."""
+    return "group" in features and not uses_group_prior(features)
+
+
+#: The group-aware predictors whose features hold the same-state roots' outcomes (see `reads_state_outcomes`).
+GROUP_OUTCOME_NAMES = tuple(
+    name for name, features in CONVEX_FEATURES.items() if reads_state_outcomes(features)
+)
 #: Why those and budget.state_evidence do not go together (config check and replay_allocator).
 GROUP_WITH_EVIDENCE = (
     "ngram+minilm+group reads the outcomes of the roots in the anchor's environment state as features (its prior "

@@ -286,7 +286,7 @@ def anchor_values(
     the prior, updated once with strength ``prior_strength(texts)`` where it has one, else 4 pseudo-trials.
 
     With ``same_state`` the evidence of a turn prefix also holds the other root rollouts in its environment state
-    (`anchor_evidence`; docs/predictor.md, "The group-aware predictor and state evidence").
+    (`anchor_evidence`; docs/predictor.md, "The group-aware predictors ... and state evidence").
 
     Args:
         texts, values: the anchors' serialized texts and the predictor's estimates, (A,).
