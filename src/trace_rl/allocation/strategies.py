@@ -23,6 +23,7 @@ on more distinct prompts per step than the flat baselines' batch size.
 | trace_fresh       | `allocate_roots`                        | `allocate_prefixes` over the turn prefixes AND the prompt (depth-0 anchor: a fresh rollout, cost 1) | ours (docs/allocation.md) |
 | dapo              | random batches of n each, drawn until batch_size mixed groups or a cap of draws; unmixed groups dropped | none | Yu et al. 2025 (DAPO, Sec. 3.2); verl's recipe |
 | branpo            | random batch of M/n, n each             | the last 1-2 turn prefixes of each rollout, by BranPO's accuracy tiers, scaled to the budget | Zhao et al. 2026 (BranPO, arXiv 2602.03719); docs/allocation.md |
+| prefix_sampling   | random batch of M/n, n each             | turn prefixes of the minority outcome's rollouts (passing ones in a mostly-failing group, failing ones in a mostly-passing group), toward a 1/2 pass rate | Zhu et al. 2026 (Prefix Sampling, arXiv 2605.05112); docs/allocation.md |
 
 ``trace_fresh`` keeps the paper's budget shape but never forces a prompt's local budget onto decided prefixes:
 the prompt itself is one more anchor, whose "replay" is a fresh rollout costing 1 instead of ``replay_cost``, and
@@ -374,6 +375,85 @@ def branpo_prefixes(
     return apportion(weights, budget, cost)
 
 
+# --------------------------------------------------------------------- pass-rate control (Prefix Sampling)
+#: Prefix Sampling's success threshold: a rollout with reward >= 1/2 counts as a pass (binary rewards; ours, the
+#: paper states binary rewards only).
+PS_SOLVED = 0.5
+
+
+def prefix_sampling_sources(reward: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+    """Which root rollouts Prefix Sampling replays from (Zhu et al. 2026, arXiv 2605.05112, "pass-rate control").
+
+    With a = the share of the group's rollouts with reward >= `PS_SOLVED`: a mostly-failing group (0 < a < 1/2)
+    continues from its passing rollouts' prefixes (a head start), a mostly-passing group (1/2 < a < 1) from its
+    failing rollouts' prefixes (a handicap), both steering the group toward a 1/2 pass rate. A balanced group
+    (a = 1/2) or a unanimous one (a in {0, 1}: no rollout of the other outcome to start from) has no source.
+
+    Args:
+        reward: (R,) terminal rewards of the group's root rollouts.
+
+    Returns:
+        bool (R,): True for the rollouts whose turn prefixes seed the replays.
+
+    Raises:
+        ValueError: ``reward`` is not 1-D or not finite.
+    """
+    r = np.asarray(reward, dtype=np.float64)
+    if r.ndim != 1 or not np.all(np.isfinite(r)):
+        raise ValueError(f"reward must be a 1-D array of finite rewards; got shape {r.shape}")
+    passed = r >= PS_SOLVED
+    a = float(passed.mean()) if r.size else 0.0
+    if 0.0 < a < 0.5:
+        return passed
+    if 0.5 < a < 1.0:
+        return ~passed
+    return np.zeros(r.size, dtype=bool)
+
+
+def prefix_sampling_prefixes(
+    tails: TailAnchors, budget: int, rng: np.random.Generator, cost: IntArray | None = None
+) -> IntArray:
+    """Prefix Sampling (arXiv 2605.05112) at equal budget: replays from the minority outcome's turn prefixes.
+
+    The source rollouts are `prefix_sampling_sources` of the group. Each replay picks a source rollout uniformly at
+    random (every minority trajectory seeds the group equally), then one of its turn prefixes uniformly at random
+    (the paper's prefix length is adaptive and unpublished in detail: every depth equally likely is our reading),
+    while it is affordable; so the whole local budget is spent, as every method's is. A group without a source
+    (balanced, unanimous, or whose source rollouts have no turn prefix) spends its budget as `random_prefixes`
+    (TreePO's uniform branching over all anchors): the paper leaves such groups alone, but equal budget must go
+    somewhere, and uniform branching is the neutral choice (docs/allocation.md, "prefix_sampling").
+
+    Args:
+        tails: where each anchor lies on the group's root rollouts and every root's reward (`tail_anchors`).
+        budget: the prompt's replay budget in integer units. rng: the step's generator.
+        cost: (J,) integer units per replay from each anchor (None = 1).
+
+    Returns:
+        int64 (J,) replays per anchor, with sum(cost * k) <= budget.
+    """
+    j = tails.rollout.shape[0]
+    k = np.zeros(j, dtype=np.int64)
+    if j == 0 or budget <= 0:
+        return k
+    costs = np.ones(j, dtype=np.int64) if cost is None else np.asarray(cost, dtype=np.int64)
+    if costs.shape != (j,) or (costs < 1).any():
+        raise ValueError(f"cost must be {j} integers >= 1, one per anchor")
+    source = prefix_sampling_sources(tails.reward)
+    eligible = source[tails.rollout]
+    if not eligible.any():
+        return random_prefixes(np.zeros(j), budget, rng, cost)
+    left = int(budget)
+    while True:
+        ok = eligible & (costs <= left)
+        rollouts = np.unique(tails.rollout[ok])
+        if rollouts.size == 0:
+            return k
+        r = int(rng.choice(rollouts))
+        pick = int(rng.choice(np.flatnonzero(ok & (tails.rollout == r))))
+        k[pick] += 1
+        left -= int(costs[pick])
+
+
 # -------------------------------------------------------------------------------------------- the methods
 @dataclass(frozen=True)
 class Method:
@@ -410,6 +490,13 @@ METHODS: dict[str, Method] = {
         Method("dapo", grpo_roots, no_prefixes, uses_predictor=False, dynamic_sampling=True),
         Method(
             "branpo", uniform_tree_roots, no_prefixes, uses_predictor=False, tail_prefixes=branpo_prefixes
+        ),
+        Method(
+            "prefix_sampling",
+            uniform_tree_roots,
+            no_prefixes,
+            uses_predictor=False,
+            tail_prefixes=prefix_sampling_prefixes,
         ),
     )
 }

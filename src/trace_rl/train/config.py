@@ -274,7 +274,7 @@ class TrainConfig:
 
     Attributes:
         method: the allocation method (`trace_rl.allocation.METHODS`): grpo, pcl, knapsack, treepo, trace,
-            trace_root_only, trace_prefix_only, trace_fresh, dapo, branpo.
+            trace_root_only, trace_prefix_only, trace_fresh, dapo, branpo, prefix_sampling.
         steps: RL steps.
         total_budget: rollout-equivalents generated over the run; > 0 stops the run once the next step could not
             be paid in full (0 = no limit).
