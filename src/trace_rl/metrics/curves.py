@@ -311,10 +311,10 @@ def run_cost(records: Sequence[Record]) -> dict[str, float]:
     """
     train = train_records(records)
     out: dict[str, float] = {"steps": float(len(train))}
-    for axis in AXES:
-        out[f"probe_{AXIS_FIELDS[axis]}"] = charged(records, axis)
     if not train:
         return out
+    for axis in AXES:
+        out[f"probe_{AXIS_FIELDS[axis]}"] = charged(records, axis)
     for axis in AXES:
         key, values = AXIS_FIELDS[axis], step_spend(train, axis)
         if all(math.isfinite(v) for v in values):

@@ -74,7 +74,7 @@ METRICS = (
     "tool_calls",
     "tool_calls_total",
     # the warm start's probe charged before step 1 (0 for a method that does not read it)
-    "probe_rollouts",
+    "probe_rollouts_generated",
     "probe_budget_spent",
     "probe_tokens_generated",
     # 1.0 where a run's final could be read at the baseline's spend (trace_rl.metrics.curves.matched_finals)
