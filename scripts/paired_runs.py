@@ -51,7 +51,7 @@ from trace_rl.metrics.curves import (
 )
 from trace_rl.metrics.intervals import stratified_bootstrap_ci
 from trace_rl.metrics.report import prefix_stage_stats
-from trace_rl.train.compare import parse_seeds, shared_differences
+from trace_rl.train.compare import BOOTSTRAP_MIN_PAIRS, parse_seeds, shared_differences
 from trace_rl.train.provenance import PROVENANCE_KEY, provenance_of
 from trace_rl.train.rundir import log_finished, read_metrics, summarize
 
@@ -223,13 +223,14 @@ def check_runs(
 
 
 def _boot(columns: dict[str, dict[str, list[float]]], label: str, baseline: str, n: str) -> str:
-    """`` boot [low, high]``: the bootstrap interval of the paired differences (empty with fewer than 2 pairs)."""
+    """`` boot [low, high]``: the bootstrap interval of the paired differences (empty with fewer than
+    `BOOTSTRAP_MIN_PAIRS` pairs)."""
     diffs = [
         a - b
         for a, b in zip(columns[label][n], columns[baseline][n], strict=False)
         if math.isfinite(a) and math.isfinite(b)
     ]
-    if len(diffs) < 2:
+    if len(diffs) < BOOTSTRAP_MIN_PAIRS:
         return ""
     ci = stratified_bootstrap_ci(diffs)
     return f" boot [{ci.low:+.3f}, {ci.high:+.3f}]"

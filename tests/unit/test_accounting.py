@@ -256,7 +256,7 @@ def test_paired_runs_refuses_unfinished_runs_and_mixed_warm_starts(tmp_path: Pat
         return {**cfg, "method": method, PROVENANCE_KEY: {"code_commit": "abc", "warm_start_hash": start}}
 
     evals = {2: 0.3, 4: 0.4}
-    for seed in (0, 1):
+    for seed in (0, 1, 2):
         write_run(tmp_path, "grpo", seed, records(evals, 4), config("grpo", f"sha256:{seed}"))
         write_run(
             tmp_path,
@@ -265,11 +265,11 @@ def test_paired_runs_refuses_unfinished_runs_and_mixed_warm_starts(tmp_path: Pat
             records({1: 0.3, 2: 0.5}, 2, charge=CHARGE),
             config("trace", f"sha256:{seed}"),
         )
-    args = (str(tmp_path), "--baseline", "grpo", "--methods", "trace", "--seeds", "0,1")
+    args = (str(tmp_path), "--baseline", "grpo", "--methods", "trace", "--seeds", "0,1,2")
     ok = paired(*args)
     assert ok.returncode == 0, ok.stderr
     assert "trace - grpo final_matched:" in ok.stdout and " boot [" in ok.stdout
-    rows = {tuple(x.split()[:2]): x.split() for x in ok.stdout.splitlines()[1:5]}
+    rows = {tuple(x.split()[:2]): x.split() for x in ok.stdout.splitlines()[1:7]}
     header = ok.stdout.splitlines()[0].split()
     assert (
         rows["trace", "0"][header.index("probe")] == "32" and rows["grpo", "0"][header.index("probe")] == "0"
@@ -307,9 +307,23 @@ def test_paired_runs_refuses_unfinished_runs_and_mixed_warm_starts(tmp_path: Pat
     assert differs.returncode == 2 and "eval_every" in differs.stderr
 
     # old runs (no provenance block): unknown, said so, not refused
-    for seed in (0, 1):
+    for seed in (0, 1, 2):
         for label in ("grpo", "trace"):
             path = tmp_path / label / f"seed_{seed}" / "config.json"
             path.write_text(json.dumps({**cfg, "method": label}))
     old = paired(*args)
     assert old.returncode == 0 and "provenance unknown" in old.stderr
+
+
+def test_compare_pairs_get_a_bootstrap_interval_from_three_seeds() -> None:
+    from trace_rl.train.compare import paired_differences
+
+    def per_method(values: list[float]) -> dict:
+        return {"runs": [{"final_accuracy": v} for v in values]}
+
+    three = {"grpo": per_method([0.3, 0.4, 0.5]), "trace": per_method([0.35, 0.42, 0.56])}
+    row = paired_differences(three, ["grpo", "trace"], 3, baseline="grpo")["trace-grpo"]["final_accuracy"]
+    assert row["ci_low"] <= row["boot_low"] <= row["mean"] <= row["boot_high"] <= row["ci_high"]
+    one = {"grpo": per_method([0.3]), "trace": per_method([0.35])}
+    row = paired_differences(one, ["grpo", "trace"], 1, baseline="grpo")["trace-grpo"]["final_accuracy"]
+    assert "boot_low" not in row and row["mean"] == pytest.approx(0.05)

@@ -82,6 +82,9 @@ METRICS = (
 )
 
 
+BOOTSTRAP_MIN_PAIRS = 3
+"""Fewest paired seeds a bootstrap interval is given for (two values resample to three means: no interval)."""
+
 PAIRED_METRICS = ("effective_ratio", "success_rate", "eval_accuracy", *CURVE_METRICS)
 
 
@@ -93,8 +96,9 @@ def paired_differences(
     per_method: dict[str, dict[str, Any]], methods: Sequence[str], seeds: int, *, baseline: str
 ) -> dict[str, dict[str, dict[str, float]]]:
     """Per method and metric: mean of (method - baseline) over seeds with its 95% Student-t interval
-    (``ci_low``, ``ci_high``) and a 95% bootstrap interval over the paired seeds (``boot_low``, ``boot_high``:
-    `trace_rl.metrics.intervals.stratified_bootstrap_ci`, one stratum: one environment per comparison).
+    (``ci_low``, ``ci_high``) and, with at least `BOOTSTRAP_MIN_PAIRS` pairs, a 95% bootstrap interval over the
+    paired seeds (``boot_low``, ``boot_high``: `trace_rl.metrics.intervals.stratified_bootstrap_ci`, one stratum:
+    one environment per comparison).
 
     Runs with the same seed are paired: they start from the same policy and draw the same candidate pools in
     the same order (the data cursor is seeded by the run's seed). Metrics are each run's mean over its steps
@@ -115,8 +119,10 @@ def paired_differences(
                 if _finite(per_method[method]["runs"][s].get(metric)) and _finite(base_runs[s].get(metric))
             ]
             if diffs:
+                rows[metric] = mean_ci(diffs).as_dict()
+            if len(diffs) >= BOOTSTRAP_MIN_PAIRS:
                 boot = stratified_bootstrap_ci(diffs)
-                rows[metric] = {**mean_ci(diffs).as_dict(), "boot_low": boot.low, "boot_high": boot.high}
+                rows[metric].update(boot_low=boot.low, boot_high=boot.high)
         out[f"{method}-{baseline}"] = rows
     return out
 
