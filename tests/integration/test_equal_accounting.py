@@ -62,7 +62,7 @@ def test_warm_start_is_atomic_checked_and_never_reused_half_made(tmp_path: Path,
 
     # a reused warm start made with another config is refused, naming the key
     other = load_config(preset="smoke", overrides=[*WARM, "policy.sft_lr=0.001"])
-    with pytest.raises(ValueError, match="policy.sft_lr"):
+    with pytest.raises(ValueError, match=r"policy\.sft_lr"):
         warm_start_once(other, root)
     # a warm start from before manifests: adopted with its probe (said so), refused without it
     (policy / MANIFEST).unlink()

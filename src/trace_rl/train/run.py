@@ -27,6 +27,7 @@ from trace_rl.train.checkpoint import (
 from trace_rl.train.config import TrainConfig, budget_shape
 from trace_rl.train.data import DataCursor, TimedEnvFactory
 from trace_rl.train.evaluation import evaluate_held_out
+from trace_rl.train.provenance import PROVENANCE_KEY, run_provenance
 from trace_rl.train.rundir import (
     RUN_DIRS,
     RUN_FILES,
@@ -40,7 +41,6 @@ from trace_rl.train.rundir import (
     tb_write,
     tensorboard,
 )
-from trace_rl.train.provenance import PROVENANCE_KEY, run_provenance
 from trace_rl.train.warm_start import (
     PROBE_FILE,
     WarmStartError,
