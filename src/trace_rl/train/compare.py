@@ -2,7 +2,13 @@
 
 All runs of a comparison start from the same policy: when the preset has a warm start, it is run once (seed 0)
 into DIR/warm_start/ and every (method, seed) run starts from that checkpoint, so differences come from where
-the samples go, not from different initial policies.
+the samples go, not from different initial policies. The warm start is built in a temporary folder and moved into
+place complete (`warm_start_once`); a reused one must carry the config it was made with (`check_warm_start`).
+
+What the runs of a comparison share is guarded at both ends: a variant cannot change it (`parse_variant`), and
+after the runs their config.json provenance must show one warm start per seed and equal `SHARED_KEYS`
+(`check_provenance`). A method that reads the warm start's probe pays for it out of its ``total_budget``
+(`trace_rl.train.warm_start`, docs/training.md "The probe's charge").
 """
 
 from __future__ import annotations
@@ -506,7 +512,8 @@ def compare(
     (tool calls finish in a timing-dependent order).
 
     Raises:
-        ValueError: jobs < 1, or an invalid run config or variant (ConfigError).
+        ValueError: jobs < 1, an invalid run config or variant (ConfigError), a warm start in ``out`` that is
+            incomplete or was made with another config, or runs whose shared parts differ (`check_provenance`).
     """
     variants = [parse_variant(m) for m in methods]
     labels = [label for label, _, _ in variants]

@@ -2,7 +2,7 @@
 
 Output folder layout::
 
-    DIR/config.json                  the resolved config
+    DIR/config.json                  the resolved config, and its "provenance" block (trace_rl.train.provenance)
     DIR/metrics.jsonl                one record per training step (and "eval" records), each step exactly once
     DIR/tb/                          TensorBoard event files
     DIR/sft/                         the warm-started policy (when policy.sft_steps > 0) and sft.json
