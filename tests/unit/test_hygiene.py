@@ -97,6 +97,7 @@ def test_plan_runs_checks_every_run_before_the_warm_start(tmp_path) -> None:
         (["grpo"], [4, 4], ValueError, "distinct"),
         (["grpo"], [-1], ValueError, "distinct"),
         (["x=trace@budget.roots=-3"], [0], ConfigError, "roots"),
+        (["grpo", "x=trace@budget.roots=32"], [0], ConfigError, "total budgets differ"),
     ]
     for methods, seeds, error, match in cases:
         with pytest.raises(error, match=match):

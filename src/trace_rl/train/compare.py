@@ -380,7 +380,8 @@ def plan_runs(
 
     Raises:
         ValueError: jobs < 1, a seed listed twice or a negative seed, or ``root`` is a file.
-        ConfigError: a label named twice or an invalid run config, both before the (long) warm start.
+        ConfigError: a label named twice, an invalid run config, or variants whose total budgets differ (the
+            comparison is at equal budget), all before the (long) warm start.
     """
     seeds = check_seeds(seeds)
     if jobs < 1:
@@ -388,8 +389,18 @@ def plan_runs(
     labels = [label for label, _, _ in variants]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"--methods names a label twice: {', '.join(labels)}")
-    for _, method, overrides in variants:
-        validate(with_overrides(replace(cfg, method=method), overrides))
+    budgets: dict[str, float] = {}
+    for label, method, overrides in variants:
+        variant = with_overrides(replace(cfg, method=method), overrides)
+        validate(variant)
+        budgets[label] = variant.total_budget or variant.steps * budget_shape(variant).total
+    if len(set(budgets.values())) > 1:
+        raise ConfigError(
+            "the variants' total budgets differ ("
+            + ", ".join(f"{label} {b:g}" for label, b in budgets.items())
+            + " rollout-equivalents: steps x the per-step budget); give every variant the per-step budget of "
+            "the others (e.g. budget.roots=32;budget.continuations=6 against 64 x 2)"
+        )
     if root.exists() and not root.is_dir():
         raise ValueError(f"{root} is a file, not a comparison folder")
     root.mkdir(parents=True, exist_ok=True)
