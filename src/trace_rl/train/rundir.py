@@ -27,7 +27,7 @@ from trace_rl.train.provenance import config_dict
 
 # What a run writes into its folder; `clear_run` removes exactly these (and nothing else a user keeps there).
 RUN_FILES = ("metrics.jsonl", "config.json", "report.html", "servers.json")
-RUN_DIRS = ("checkpoints", "tb", "sft", "report", "served")
+RUN_DIRS = ("checkpoints", "tb", "sft", "sft.tmp", "report", "served")
 
 
 def strict_json(x: Any) -> Any:
