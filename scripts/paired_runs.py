@@ -10,7 +10,20 @@ were deleted (compare itself only reads back runs whose checkpoints are there).
     python scripts/paired_runs.py runs/c22 --baseline grpo3 --methods trace3,pcl3 --seeds 0,1,2,3,4
 
 Prints one row per method and seed, then the paired differences against the baseline with their 95% Student-t
-intervals over the seeds where both runs exist. Exit status 2 when a named run has no log.
+intervals and 95% bootstrap intervals (`trace_rl.metrics.intervals.stratified_bootstrap_ci`, one stratum) over
+the seeds where both runs exist. Columns besides the final accuracy, AUCs and reach (share of the baseline's whole
+run): ``reach_x_<axis>``, the spend to the baseline's final as a share of the baseline's OWN first crossing of its
+final; ``final_matched``, the accuracy at the rollout-equivalents of the baseline's final evaluations ("-" where
+the run does not cover them, e.g. a dapo run that stopped short: flagged, not guessed); ``probe``, the warm
+start's probe rollouts charged to the run (0 for a method that does not read the predictor).
+
+Before anything is computed the runs are checked against their config.json (`trace_rl.train.provenance`): every
+run must be finished (`trace_rl.train.rundir.log_finished`; ``--allow-partial`` includes unfinished ones, named),
+the runs of one seed must have started from one warm start (their recorded ``warm_start_hash``), and all runs must
+share the task data and evaluation keys (`trace_rl.train.compare.SHARED_KEYS`). A refusal is one line naming the
+runs, exit status 2. Runs whose config.json predates provenance (no ``provenance`` block, e.g. results/c22 and
+c23) have an unknown commit and warm start: they are named on stderr and not refused for it. Exit status 2 also
+when a named run has no log.
 
 With ``--prefix-stats`` it adds what the prefix stage bought (`trace_rl.metrics.report.prefix_stage_stats`): per
 run the share of mixed sibling groups, replay flips per replay and per 1,000 generated tokens, their paired
@@ -21,14 +34,26 @@ per 1,000 tokens the replays from that depth sampled).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from pathlib import Path
 
-from trace_rl.metrics.curves import curve_summaries, learning_curve, paired_interval, run_cost, summary_keys
+from trace_rl.metrics.curves import (
+    MATCHED_KEYS,
+    crossing_keys,
+    curve_summaries,
+    learning_curve,
+    matched_finals,
+    paired_interval,
+    run_cost,
+    summary_keys,
+)
+from trace_rl.metrics.intervals import stratified_bootstrap_ci
 from trace_rl.metrics.report import prefix_stage_stats
-from trace_rl.train.compare import parse_seeds
-from trace_rl.train.rundir import read_metrics, summarize
+from trace_rl.train.compare import BOOTSTRAP_MIN_PAIRS, parse_seeds, shared_differences
+from trace_rl.train.provenance import PROVENANCE_KEY, provenance_of
+from trace_rl.train.rundir import log_finished, read_metrics, summarize
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", required=True, help="label of the baseline runs (paired against)")
     p.add_argument("--methods", required=True, help="comma-separated labels to compare with the baseline")
     p.add_argument("--seeds", required=True, help="comma-separated seeds, e.g. 0,1,2,3,4")
+    p.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="include unfinished runs (named on stderr) instead of refusing; their finals are not comparable",
+    )
     p.add_argument(
         "--prefix-stats",
         action="store_true",
@@ -54,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         p.error(str(exc))
     logs = {}
+    configs: dict[tuple[str, int], dict | None] = {}
     for label in labels:
         for seed in seeds:
             plain = args.dir / label / f"seed_{seed}" / "metrics.jsonl"
@@ -70,10 +101,16 @@ def main(argv: list[str] | None = None) -> int:
             if not any(r.get("kind") == "eval" for r in logs[label, seed]):
                 print(f"no held-out evaluation in {path}: nothing to summarise", file=sys.stderr)
                 return 2
+            configs[label, seed] = _config(path.with_name("config.json"))
+    refusal = check_runs(logs, configs, allow_partial=args.allow_partial)
+    if refusal:
+        print(refusal, file=sys.stderr)
+        return 2
     # curve_summaries indexes seeds by position: position i is seeds[i] for every label
     curves = {label: [learning_curve(logs[label, s]) for s in seeds] for label in labels}
     axes = ("rollouts", "tokens")
     per_axis = {axis: curve_summaries(curves, args.baseline, axis) for axis in axes}
+    matched = matched_finals(curves, args.baseline)
     columns: dict[str, dict[str, list[float]]] = {label: {} for label in labels}
     for label in labels:
         cols = columns[label]
@@ -82,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
             auc, _, share = summary_keys(axis)
             cols[f"auc_{axis}"] = [row[auc] for row in per_axis[axis][label]]
             cols[f"reach_{axis}"] = [row[share] for row in per_axis[axis][label]]
+            cols[f"reach_x_{axis}"] = [row[crossing_keys(axis)[1]] for row in per_axis[axis][label]]
+        cols["final_matched"] = [row[MATCHED_KEYS[0]] for row in matched[label]]
+        cols["probe"] = [c.probe_rollouts for c in curves[label]]
         cols["effective_ratio"] = [summarize(logs[label, s]).get("effective_ratio", math.nan) for s in seeds]
         costs = [run_cost(logs[label, s]) for s in seeds]
         for name, key in (("tokens", "tokens_generated_total"), ("rollouts", "rollouts_generated_total")):
@@ -96,10 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     for label in labels:
         for i, seed in enumerate(seeds):
             print(f"{label} {seed} " + " ".join(_fmt(columns[label][n][i]) for n in names))
-    print(f"paired against {args.baseline} (mean [95% t-interval], n seeds):")
+    print(f"paired against {args.baseline} (mean [95% t-interval] boot [95% bootstrap interval], n seeds):")
     for label in labels[1:]:
         for n in (
             "final",
+            "final_matched",
             "auc_rollouts",
             "auc_tokens",
             "effective_ratio",
@@ -111,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
                 if math.isfinite(half)
                 else ("(one seed)" if k == 1 else "(no seed where both are finite)")
             )
-            print(f"{label} - {args.baseline} {n}: {mean:+.3f} {interval} n={k}")
+            print(
+                f"{label} - {args.baseline} {n}: {mean:+.3f} {interval}{_boot(columns, label, args.baseline, n)} n={k}"
+            )
     if args.prefix_stats:
         print("by anchor depth, pooled over seeds: replays flips flips_per_replay flips_per_1k_replay_tokens")
         for label in labels:  # the steps of all seeds as one log: prefix_stage_stats sums over steps
@@ -120,6 +163,77 @@ def main(argv: list[str] | None = None) -> int:
                 rate, per_k = _fmt(st["flip_rate"]), _fmt(st["flips_per_1k_tokens"])
                 print(f"{label} depth {d}: {st['replays']:.0f} {st['flips']:.0f} {rate} {per_k}")
     return 0
+
+
+def _config(path: Path) -> dict | None:
+    """A run's config.json as a dict; None where there is none or it does not parse (unknown)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def check_runs(
+    logs: dict[tuple[str, int], list[dict]],
+    configs: dict[tuple[str, int], dict | None],
+    *,
+    allow_partial: bool,
+) -> str | None:
+    """The one-line refusal for runs that must not be paired (unfinished ones unless ``allow_partial``, runs of
+    one seed from different warm starts, shared keys that differ), or None; notes on stderr for what is
+    unknown (runs without a config or without provenance) and for the unfinished runs allowed in."""
+    name = {key: f"{key[0]}/seed_{key[1]}" for key in logs}
+    unknown_config = [name[k] for k, c in configs.items() if c is None]
+    if unknown_config:
+        print(
+            f"note: no config.json for {', '.join(unknown_config)}: finished state and shared keys unknown",
+            file=sys.stderr,
+        )
+    status = {k: log_finished(logs[k], c) if c is not None else None for k, c in configs.items()}
+    unfinished = [name[k] for k, done in status.items() if done is False]
+    if unfinished and not allow_partial:
+        return (
+            f"unfinished runs: {', '.join(unfinished)} (their last evaluation is not a final); finish them, leave "
+            "their seeds out, or pass --allow-partial"
+        )
+    if unfinished:
+        print(f"note: unfinished runs included (--allow-partial): {', '.join(unfinished)}", file=sys.stderr)
+    no_provenance = [name[k] for k, c in configs.items() if c is not None and PROVENANCE_KEY not in c]
+    if no_provenance:
+        print(
+            f"note: provenance unknown (config.json from before commits and warm starts were recorded) for "
+            f"{', '.join(no_provenance)}",
+            file=sys.stderr,
+        )
+    for seed in sorted({s for _, s in configs}):
+        starts = {
+            name[k]: provenance_of(c)["warm_start_hash"]
+            for k, c in configs.items()
+            if k[1] == seed and c is not None and provenance_of(c)["warm_start_hash"] is not None
+        }
+        if len(set(starts.values())) > 1:
+            return f"runs of seed {seed} started from different warm starts: " + ", ".join(
+                f"{run} ({h[:19]})" for run, h in starts.items()
+            )
+    diffs = shared_differences({name[k]: c for k, c in configs.items() if c is not None})
+    if diffs:
+        return f"runs differ in what paired runs share: {diffs[0]}"
+    return None
+
+
+def _boot(columns: dict[str, dict[str, list[float]]], label: str, baseline: str, n: str) -> str:
+    """`` boot [low, high]``: the bootstrap interval of the paired differences (empty with fewer than
+    `BOOTSTRAP_MIN_PAIRS` pairs)."""
+    diffs = [
+        a - b
+        for a, b in zip(columns[label][n], columns[baseline][n], strict=False)
+        if math.isfinite(a) and math.isfinite(b)
+    ]
+    if len(diffs) < BOOTSTRAP_MIN_PAIRS:
+        return ""
+    ci = stratified_bootstrap_ci(diffs)
+    return f" boot [{ci.low:+.3f}, {ci.high:+.3f}]"
 
 
 # per-run numbers of the prefix stage that get a paired interval (prefix_stage_stats keys)

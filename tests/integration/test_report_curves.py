@@ -105,6 +105,9 @@ def test_report_draws_learning_curves_and_their_table(tmp_path) -> None:
     assert trace[5].startswith("336 ") and trace[6].startswith("52.5 %")
     assert trace[7] == f"-144 [{-144 - t2 * 24:.1f}, {-144 + t2 * 24:.1f}]"  # paired: 360, 336, 312 minus 480
     assert dapo[5] == "not reached" and dapo[7] == "–"
+    # against GRPO's own first crossing of its final (480 rollouts on every seed) rather than its whole run (640):
+    # 360, 336, 312 / 480 = 0.75, 0.70, 0.65
+    assert grpo[8].startswith("100.0 %") and trace[8].startswith("70.0 %") and dapo[8] == "–"
 
     # on the rollout-equivalents axis GRPO and TRACE spend 64 a step, DAPO 128: the common range is [0, 640] again;
     # columns: seeds, AUC, AUC - grpo, rollout-eq. to grpo's final, share, difference
@@ -123,7 +126,7 @@ def test_report_draws_learning_curves_and_their_table(tmp_path) -> None:
     # columns: steps, rollouts / step, total, rollout-eq / step, total, tokens / step, total, tools / step, total
     assert cost["dapo"][:5] == ["10", "128", "1,280", "128", "1,280"]
     assert cost["trace"][1:5] == ["96", "960", "64", "640"]
-    assert cost["trace"][5:] == ["900", "9,000", "3", "30"]
+    assert cost["trace"][5:] == ["900", "9,000", "3", "30", "0"]  # no probe charged in these logs
     assert cost["grpo"][1:3] == ["64", "640"] and "budget_spent stands in" in page  # not logged: the fallback
     assert [c.endswith("*") for c in raw["grpo"][:4]] == [False, True, True, False]
     assert not any(c.endswith("*") for c in raw["trace"])

@@ -81,7 +81,7 @@ def test_compare_variants_cannot_change_the_task_data() -> None:
     for key in ("env.data_seed=1", "env.train_limit=50", "env.eval_tasks=8", "env.task_kwargs.generators={}"):
         with pytest.raises(ConfigError, match="cannot differ"):
             parse_variant(f"x=trace@{key}")
-    assert parse_variant("x=trace@env.max_turns=5") == ("x", "trace", ("env.max_turns=5",))
+    assert parse_variant("x=trace@env.pool_size=64") == ("x", "trace", ("env.pool_size=64",))
 
 
 def test_plan_runs_checks_every_run_before_the_warm_start(tmp_path) -> None:
@@ -97,6 +97,7 @@ def test_plan_runs_checks_every_run_before_the_warm_start(tmp_path) -> None:
         (["grpo"], [4, 4], ValueError, "distinct"),
         (["grpo"], [-1], ValueError, "distinct"),
         (["x=trace@budget.roots=-3"], [0], ConfigError, "roots"),
+        (["grpo", "x=trace@budget.roots=32"], [0], ConfigError, "total budgets differ"),
     ]
     for methods, seeds, error, match in cases:
         with pytest.raises(error, match=match):

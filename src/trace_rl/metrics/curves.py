@@ -10,14 +10,20 @@
     run_cost(records)                         -> {...}           generated rollouts, rollout-equivalents, tokens,
                                                                  tool calls: per step and in total
     curve_summaries(curves, baseline, axis)   -> per method, per seed: final accuracy, AUC, spend to the
-                                                 baseline's final accuracy (names: summary_keys(axis))
+                                                 baseline's final accuracy (names: summary_keys(axis)), and
+                                                 that spend against the baseline's own first crossing of its
+                                                 final (names: crossing_keys(axis))
+    matched_finals(curves, baseline)          -> per method, per seed: accuracy at the spend of the baseline's
+                                                 final evaluations, or NaN and flagged where not covered
     paired_interval(values, baseline_values)  -> (mean, half-width, n) of the per-seed differences
     curves_document(curves, baseline)         -> the content of compare's curves.json
 
 Definitions (docs/training.md, "Learning curves"):
 
 - The spend axes are cumulative sums over the run's training records with ``step <= s`` for the evaluation at
-  step s (the evaluation at step 0, before RL, sits at 0):
+  step s, plus what the run was charged before its first step (the evaluation at step 0, before RL, sits there):
+  the warm start's probe, for a method that reads the predictor (its ``predictor_warm_start`` record's
+  ``charged_*`` fields, `CHARGE_FIELDS`; 0 for a method that does not, and for logs made before the charge):
   ``rollouts``: rollouts generated, discarded ones included (the step record's ``rollouts_generated``; a record
   without that field counts its ``budget_spent`` instead); ``rollout_equivalents``: ``budget_spent`` (a root
   rollout costs 1, a replay ``budget.replay_cost``); ``tokens``: ``tokens_generated``; ``tool_calls``.
@@ -31,7 +37,13 @@ Definitions (docs/training.md, "Learning curves"):
 - Rollouts to the baseline's final accuracy: the first x at which the run's curve reaches the final accuracy of
   the baseline's run with the same seed (runs with one seed start from one policy and draw the same candidate
   pools), linearly interpolated between the two evaluations around the crossing; NaN (not reached) if it never
-  does. Its ``_share`` divides by the baseline run's rollouts at its last evaluation.
+  does. Its ``_share`` divides by the baseline run's rollouts at its last evaluation (the baseline's whole run);
+  ``_crossing_share`` divides by the baseline run's own first crossing of its final accuracy (a baseline
+  that gets there early is not credited with the rest of its run; ``crossing_keys``).
+- Final accuracy at the baseline's spend (``matched_finals``): the mean of the run's curve at the spends of the
+  baseline run's (same seed) last two evaluations, on the rollout-equivalents axis (the unit of the equal
+  budget), so a method that stops elsewhere (dapo stops when its budget cannot pay another draw) is read at the
+  same spend; NaN with ``final_spend_matched`` 0 where the run does not cover those spends.
 - The same AUC and crossing on the rollout-equivalents axis (the unit of compare's equal ``total_budget``, where a
   replay costs ``budget.replay_cost``): ``auc_rollout_equivalents``, ``rollout_equivalents_to_baseline_final``
   and its ``_share`` (``summary_keys``).
@@ -62,6 +74,37 @@ AXIS_FIELDS = {  # axis -> the step-record field summed along it
     "tool_calls": "tool_calls",
 }
 SUMMARY_AXES = ("rollouts", "rollout_equivalents")  # the axes compare and the report summarise
+CHARGE_FIELDS = {  # axis -> the field of a predictor_warm_start record charging the run before step 1
+    "rollouts": "charged_rollouts",
+    "rollout_equivalents": "charged_budget",
+    "tokens": "charged_tokens",
+    "tool_calls": "charged_tool_calls",
+}
+MATCHED_KEYS = ("final_accuracy_at_baseline_spend", "final_spend_matched")
+"""Names of `matched_finals`'s two values."""
+
+
+def crossing_keys(axis: str = "rollouts") -> tuple[str, str]:
+    """Names of (the baseline run's own first crossing of its final accuracy, the run's spend to the baseline's
+    final as a share of that crossing) on an axis: ("<axis>_baseline_crossing",
+    "<axis>_to_baseline_final_crossing_share").
+
+    Raises:
+        ValueError: an unknown axis.
+    """
+    summary_keys(axis)  # validates
+    return f"{axis}_baseline_crossing", f"{axis}_to_baseline_final_crossing_share"
+
+
+def charged(records: Sequence[Record], axis: str) -> float:
+    """What the run was charged along ``axis`` before its first step: the sum of its ``predictor_warm_start``
+    records' `CHARGE_FIELDS` field; 0 where absent (no charge, or a log from before the charge), NaN where
+    present but unknown (None: a probe file that did not record its tokens)."""
+    total = 0.0
+    for r in records:
+        if r.get("kind") == "predictor_warm_start" and CHARGE_FIELDS[axis] in r:
+            total += _number(r[CHARGE_FIELDS[axis]])
+    return total
 
 
 def summary_keys(axis: str = "rollouts") -> tuple[str, str, str]:
@@ -92,6 +135,7 @@ class LearningCurve:
     tokens: np.ndarray  # (E,) cumulative generated tokens (NaN where a record lacked tokens_generated)
     tool_calls: np.ndarray  # (E,) cumulative tool calls (NaN likewise)
     rollouts_logged: bool = True
+    probe_rollouts: float = 0.0  # rollouts charged before step 1 (the warm start's probe; `charged`)
 
     def axis(self, name: str) -> np.ndarray:
         """The spend along one of ``AXES``.
@@ -123,8 +167,9 @@ def step_spend(train: Sequence[Record], axis: str) -> list[float]:
 def learning_curve(records: Sequence[Record]) -> LearningCurve:
     """One run's learning curve from its metrics.jsonl records.
 
-    For the evaluation at step s: ``accuracy = eval_accuracy`` and, on every axis, the sum of the training
-    records' field over ``step <= s`` (``rollouts``: ``rollouts_generated``, else that record's ``budget_spent``).
+    For the evaluation at step s: ``accuracy = eval_accuracy`` and, on every axis, what the run was charged
+    before step 1 (`charged`: the probe) plus the sum of the training records' field over ``step <= s``
+    (``rollouts``: ``rollouts_generated``, else that record's ``budget_spent``).
     Evaluations without a finite ``eval_accuracy`` are left out; a step evaluated twice keeps its last record.
 
     Raises:
@@ -140,15 +185,16 @@ def learning_curve(records: Sequence[Record]) -> LearningCurve:
     eval_steps = np.array(sorted(evals), dtype=np.int64)
     upto = np.searchsorted(steps, eval_steps, side="right")  # training records with step <= s
 
-    def cumulative(values: list[float]) -> np.ndarray:
-        running = np.concatenate([[0.0], np.cumsum(np.asarray(values, dtype=np.float64))])
+    def cumulative(start: float, values: list[float]) -> np.ndarray:
+        running = np.concatenate([[start], start + np.cumsum(np.asarray(values, dtype=np.float64))])
         return running[upto]
 
     return LearningCurve(
         step=eval_steps,
         accuracy=np.array([evals[s] for s in eval_steps.tolist()], dtype=np.float64),
-        **{axis: cumulative(step_spend(train, axis)) for axis in AXES},
+        **{axis: cumulative(charged(records, axis), step_spend(train, axis)) for axis in AXES},
         rollouts_logged=all("rollouts_generated" in r for r in train),
+        probe_rollouts=charged(records, "rollouts"),
     )
 
 
@@ -257,14 +303,18 @@ def run_cost(records: Sequence[Record]) -> dict[str, float]:
     """What a run generated: per step (mean over its training records) and in total (``_total``).
 
     Keys: ``steps``; ``rollouts_generated`` (each record's ``rollouts_generated``, else its ``budget_spent``),
-    ``budget_spent`` (rollout-equivalents), ``tokens_generated``, ``tool_calls``, each with its ``_total``. A
-    field some record lacks is left out (``rollouts_generated`` falls back instead); ``rollouts_generated_logged``
-    is 1.0 when every record logged it, else 0.0.
+    ``budget_spent`` (rollout-equivalents), ``tokens_generated``, ``tool_calls``, each with its ``_total`` (the
+    RL steps only). A field some record lacks is left out (``rollouts_generated`` falls back instead);
+    ``rollouts_generated_logged`` is 1.0 when every record logged it, else 0.0. What the run was charged before
+    its first step (`charged`: the warm start's probe) is ``probe_rollouts``, ``probe_budget_spent``,
+    ``probe_tokens_generated``, ``probe_tool_calls`` (0 without a charge, NaN where unknown).
     """
     train = train_records(records)
     out: dict[str, float] = {"steps": float(len(train))}
     if not train:
         return out
+    for axis in AXES:
+        out[f"probe_{AXIS_FIELDS[axis]}"] = charged(records, axis)
     for axis in AXES:
         key, values = AXIS_FIELDS[axis], step_spend(train, axis)
         if all(math.isfinite(v) for v in values):
@@ -287,6 +337,7 @@ def curve_summaries(
         ValueError: ``baseline`` is not among the methods, or an unknown axis.
     """
     auc_key, reach_key, share_key = summary_keys(axis)
+    cross_key, cross_share_key = crossing_keys(axis)
     if baseline not in curves:
         raise ValueError(f"baseline {baseline!r} is not among the methods {', '.join(curves)}")
     low, high = common_range([c for runs in curves.values() for c in runs], axis)
@@ -300,14 +351,52 @@ def curve_summaries(
             reach = first_crossing(x, c.accuracy, target) if c.step.size else math.nan
             base_x = base[seed].axis(axis) if seed < len(base) and base[seed].step.size else np.zeros(0)
             base_total = float(base_x[-1]) if base_x.size else math.nan
+            # the baseline run's own first crossing of its final accuracy
+            base_cross = first_crossing(base_x, base[seed].accuracy, target) if base_x.size else math.nan
             rows.append(
                 {
                     "final_accuracy": final_accuracy(c),
                     auc_key: area_under_curve(x, c.accuracy, low, high),
                     reach_key: reach,
                     share_key: reach / base_total if base_total > 0 else math.nan,
+                    cross_key: base_cross,
+                    cross_share_key: reach / base_cross if base_cross > 0 else math.nan,
                 }
             )
+        out[label] = rows
+    return out
+
+
+def matched_finals(
+    curves: Mapping[str, Sequence[LearningCurve]], baseline: str, axis: str = "rollout_equivalents"
+) -> dict[str, list[dict[str, float]]]:
+    """Per method, per seed: ``final_accuracy_at_baseline_spend``, the mean of the run's curve (interpolated) at
+    the spends of the last two evaluations after step 0 of the same seed's baseline run (the spends its
+    ``final_accuracy`` sits at), and ``final_spend_matched`` (1.0, or 0.0 with a NaN accuracy where the run's
+    evaluations do not cover those spends, e.g. a dapo run that stopped short of them: flagged, not guessed).
+
+    Raises:
+        ValueError: ``baseline`` is not among the methods, or an unknown axis.
+    """
+    summary_keys(axis)
+    if baseline not in curves:
+        raise ValueError(f"baseline {baseline!r} is not among the methods {', '.join(curves)}")
+    base = list(curves[baseline])
+    out: dict[str, list[dict[str, float]]] = {}
+    for label, runs in curves.items():
+        rows = []
+        for seed, c in enumerate(runs):
+            value, matched = math.nan, 0.0
+            b = base[seed] if seed < len(base) else None
+            if b is not None and c.step.size and (b.step > 0).any():
+                at = b.axis(axis)[b.step > 0][-2:]
+                x = c.axis(axis)
+                tol = 1e-9 * max(1.0, float(np.max(np.abs(at))))
+                if np.isfinite(at).all() and np.isfinite(x).all() and x[0] <= at.min() + tol:
+                    if x[-1] >= at.max() - tol:
+                        value = float(np.mean(np.interp(at, x, c.accuracy)))
+                        matched = 1.0
+            rows.append({MATCHED_KEYS[0]: value, MATCHED_KEYS[1]: matched})
         out[label] = rows
     return out
 
@@ -364,9 +453,11 @@ def curves_document(
     """The content of a compare's curves.json (JSON-ready: NaN as None).
 
     ``methods[label]["seeds"]``: each seed's points (``step``, ``eval_accuracy`` and the cumulative spend on
-    every axis of ``AXES``); ``methods[label]["bands"][axis]``: ``band`` on the grid shared by all methods for
-    that axis (``grid_for``); ``methods[label]["summary"]``: ``curve_summaries`` per seed on every axis of
-    ``SUMMARY_AXES``; ``auc_range``: the common rollouts range of the AUC, ``auc_ranges``: the range per axis.
+    every axis of ``AXES``, which starts at the probe's charge for a method that reads the warm start's probe;
+    ``probe_rollouts``: that charge); ``methods[label]["bands"][axis]``: ``band`` on the grid shared by all
+    methods for that axis (``grid_for``); ``methods[label]["summary"]``: ``curve_summaries`` per seed on every
+    axis of ``SUMMARY_AXES`` and ``matched_finals``; ``auc_range``: the common rollouts range of the AUC,
+    ``auc_ranges``: the range per axis.
     """
     everything = [c for runs in curves.values() for c in runs]
     ranges = {axis: common_range(everything, axis) for axis in SUMMARY_AXES}
@@ -375,6 +466,9 @@ def curves_document(
         for label, rows in curve_summaries(curves, baseline, axis).items():
             for merged, row in zip(summaries[label], rows, strict=True):
                 merged.update(row)
+    for label, rows in matched_finals(curves, baseline).items():
+        for merged, row in zip(summaries[label], rows, strict=True):
+            merged.update(row)
     grids = {axis: grid_for(everything, axis, points) for axis in axes}
     methods: dict[str, Any] = {}
     for label, runs in curves.items():
@@ -394,6 +488,7 @@ def curves_document(
                     "eval_accuracy": _json_list(c.accuracy),
                     **{axis: _json_list(c.axis(axis)) for axis in AXES},
                     "rollouts_logged": c.rollouts_logged,
+                    "probe_rollouts": finite_or_none(c.probe_rollouts),
                 }
                 for c in runs
             ],

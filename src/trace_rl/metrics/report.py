@@ -27,6 +27,7 @@ from trace_rl.metrics.curves import (
     LearningCurve,
     band,
     common_range,
+    crossing_keys,
     curve_summaries,
     grid_for,
     learning_curve,
@@ -688,6 +689,7 @@ COST_COLUMNS = (  # (key of run_cost, header)
     ("tokens_generated_total", "tokens, total"),
     ("tool_calls", "tool calls / step"),
     ("tool_calls_total", "tool calls, total"),
+    ("probe_rollouts_generated", "warm-start probe rollouts charged"),
 )
 
 
@@ -704,6 +706,7 @@ def _curve_table(curves: Mapping[str, Sequence[LearningCurve]], axis: str = "rol
     baseline = labels[0]
     summaries = curve_summaries(curves, baseline, axis)
     auc_key, reach_key, share_key = summary_keys(axis)
+    cross_share_key = crossing_keys(axis)[1]
     low, high = common_range([c for seeds in curves.values() for c in seeds], axis)
     unit = AXIS_UNITS[axis]
     with_final = axis == "rollouts"
@@ -723,7 +726,8 @@ def _curve_table(curves: Mapping[str, Sequence[LearningCurve]], axis: str = "rol
         head += f"<th>final pass@1</th><th>final pass@1 − {_e(baseline)}</th>"
     head += (
         f"<th>AUC</th><th>AUC − {_e(baseline)}</th><th>{unit} to {_e(baseline)}'s final pass@1</th>"
-        f"<th>share of {_e(baseline)}'s {unit}</th><th>{unit} to it − {_e(baseline)}</th></tr>"
+        f"<th>share of {_e(baseline)}'s {unit}</th><th>{unit} to it − {_e(baseline)}</th>"
+        f"<th>share of {_e(baseline)}'s own first crossing</th></tr>"
     )
     body = []
     for label in labels:
@@ -732,10 +736,12 @@ def _curve_table(curves: Mapping[str, Sequence[LearningCurve]], axis: str = "rol
         if reached:
             reach_text = _count_cell(reached)
             share_text = _cell([x for x in column(label, share_key) if np.isfinite(x)], True, False)[0]
+            crossed = [x for x in column(label, cross_share_key) if np.isfinite(x)]
+            cross_text = _cell(crossed, True, False)[0] if crossed else "–"
             if len(reached) < k:
                 reach_text += f" <span class='pm'>reached in {len(reached)} of {k} seeds</span>"
         else:
-            reach_text, share_text = "not reached", "–"
+            reach_text, share_text, cross_text = "not reached", "–", "–"
         cells = (
             [_cell(column(label, "final_accuracy"), True, False)[0], paired(label, "final_accuracy", True)]
             if with_final
@@ -747,6 +753,7 @@ def _curve_table(curves: Mapping[str, Sequence[LearningCurve]], axis: str = "rol
             reach_text,
             share_text,
             paired(label, reach_key, False),
+            cross_text,
         ]
         body.append(
             f"<tr data-row='{_e(label)}'><td>{_e(label)}</td><td>{k}</td>"
@@ -759,7 +766,9 @@ def _curve_table(curves: Mapping[str, Sequence[LearningCurve]], axis: str = "rol
         f"AUC: mean pass@1 over the range of {unit} every run covers ({fmt_number(low)} to {fmt_number(high)}; "
         "the area under the piecewise-linear curve divided by the range). Spend to the baseline's final pass@1: "
         "where a run's curve first reaches the final pass@1 of the baseline's run with the same seed (linear "
-        "between evaluations); its share divides by that baseline run's spend at its last evaluation. Mean over "
+        "between evaluations); its share divides by that baseline run's spend at its last evaluation (its whole run), "
+        "and by the baseline run's own first crossing of its final (1.0: as fast as the baseline got there). A run "
+        "whose method reads the warm start's probe starts its curve at the probe's cost. Mean over "
         "seeds ± 95 % Student-t half-width; differences are paired by seed: mean [95 % t-interval]."
     )
     title = (

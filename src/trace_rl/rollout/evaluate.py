@@ -47,6 +47,29 @@ async def sample_rewards(
     seed: int = 0,
 ) -> np.ndarray:
     """Rewards (len(tasks), samples) of `samples` independent episodes per task, all run concurrently."""
+    episodes = await sample_episodes(
+        backend, env_factory, codec, tasks, sampling, samples=samples, max_turns=max_turns, seed=seed
+    )
+    return np.asarray([e.reward for e in episodes], np.float64).reshape(len(tasks), samples)
+
+
+async def sample_episodes(
+    backend: GenerationBackend,
+    env_factory: Callable[[], EnvLike],
+    codec: ChatCodec,
+    tasks: Sequence[Task],
+    sampling: SamplingParams,
+    *,
+    samples: int = 8,
+    max_turns: int = 8,
+    seed: int = 0,
+) -> list[Any]:
+    """The episodes behind `sample_rewards` (task-major: ``samples`` per task, in task order), for callers that
+    also count what they cost (sampled tokens, tool calls).
+
+    Raises:
+        ValueError: samples < 1.
+    """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     coros = [
@@ -56,8 +79,7 @@ async def sample_rewards(
         for i, task in enumerate(tasks)
         for j in range(samples)
     ]
-    episodes = await asyncio.gather(*coros)
-    return np.asarray([e.reward for e in episodes], np.float64).reshape(len(tasks), samples)
+    return list(await asyncio.gather(*coros))
 
 
 def success_spread(

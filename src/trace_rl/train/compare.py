@@ -2,13 +2,20 @@
 
 All runs of a comparison start from the same policy: when the preset has a warm start, it is run once (seed 0)
 into DIR/warm_start/ and every (method, seed) run starts from that checkpoint, so differences come from where
-the samples go, not from different initial policies.
+the samples go, not from different initial policies. The warm start is built in a temporary folder and moved into
+place complete (`warm_start_once`); a reused one must carry the config it was made with (`check_warm_start`).
+
+What the runs of a comparison share is guarded at both ends: a variant cannot change it (`parse_variant`), and
+after the runs their config.json provenance must show one warm start per seed and equal `SHARED_KEYS`
+(`check_provenance`). A method that reads the warm start's probe pays for it out of its ``total_budget``
+(`trace_rl.train.warm_start`, docs/training.md "The probe's charge").
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -20,13 +27,38 @@ from typing import Any
 import numpy as np
 
 from trace_rl.lab.stats import mean_ci
-from trace_rl.metrics.curves import SUMMARY_AXES, curves_document, learning_curve, run_cost, summary_keys
+from trace_rl.metrics.curves import (
+    MATCHED_KEYS,
+    SUMMARY_AXES,
+    crossing_keys,
+    curves_document,
+    learning_curve,
+    run_cost,
+    summary_keys,
+)
+from trace_rl.metrics.intervals import stratified_bootstrap_ci
 from trace_rl.train.checkpoint import completed_step, finished_run
 from trace_rl.train.config import ConfigError, TrainConfig, budget_shape, validate, with_overrides
+from trace_rl.train.provenance import (
+    PROVENANCE_KEY,
+    code_version,
+    config_differences,
+    policy_start_hash,
+    provenance_of,
+    read_manifest,
+    warm_start_config,
+    write_manifest,
+)
 from trace_rl.train.run import Trainer, check_same_config, read_metrics, summarize, train
+from trace_rl.train.warm_start import PROBE_FILE
 
 # learning curves (trace_rl.metrics.curves): None in a run where not defined (the baseline's accuracy not reached)
-CURVE_METRICS = ("final_accuracy", *(key for axis in SUMMARY_AXES for key in summary_keys(axis)))
+CURVE_METRICS = (
+    "final_accuracy",
+    *(key for axis in SUMMARY_AXES for key in summary_keys(axis)),
+    *(key for axis in SUMMARY_AXES for key in crossing_keys(axis)),
+    MATCHED_KEYS[0],
+)
 
 METRICS = (
     "effective_ratio",
@@ -47,8 +79,17 @@ METRICS = (
     "tokens_generated_total",
     "tool_calls",
     "tool_calls_total",
+    # the warm start's probe charged before step 1 (0 for a method that does not read it)
+    "probe_rollouts_generated",
+    "probe_budget_spent",
+    "probe_tokens_generated",
+    # 1.0 where a run's final could be read at the baseline's spend (trace_rl.metrics.curves.matched_finals)
+    MATCHED_KEYS[1],
 )
 
+
+BOOTSTRAP_MIN_PAIRS = 3
+"""Fewest paired seeds a bootstrap interval is given for (two values resample to three means: no interval)."""
 
 PAIRED_METRICS = ("effective_ratio", "success_rate", "eval_accuracy", *CURVE_METRICS)
 
@@ -60,7 +101,10 @@ def _finite(x: object) -> bool:
 def paired_differences(
     per_method: dict[str, dict[str, Any]], methods: Sequence[str], seeds: int, *, baseline: str
 ) -> dict[str, dict[str, dict[str, float]]]:
-    """Per method and metric: mean of (method - baseline) over seeds with its 95% Student-t interval.
+    """Per method and metric: mean of (method - baseline) over seeds with its 95% Student-t interval
+    (``ci_low``, ``ci_high``) and, with at least `BOOTSTRAP_MIN_PAIRS` pairs, a 95% bootstrap interval over the
+    paired seeds (``boot_low``, ``boot_high``: `trace_rl.metrics.intervals.stratified_bootstrap_ci`, one stratum:
+    one environment per comparison).
 
     Runs with the same seed are paired: they start from the same policy and draw the same candidate pools in
     the same order (the data cursor is seeded by the run's seed). Metrics are each run's mean over its steps
@@ -82,26 +126,127 @@ def paired_differences(
             ]
             if diffs:
                 rows[metric] = mean_ci(diffs).as_dict()
+            if len(diffs) >= BOOTSTRAP_MIN_PAIRS:
+                boot = stratified_bootstrap_ci(diffs)
+                rows[metric].update(boot_low=boot.low, boot_high=boot.high)
         out[f"{method}-{baseline}"] = rows
     return out
 
 
 def warm_start_once(cfg: TrainConfig, out: Path, log: Callable[[str], None] = print) -> TrainConfig:
-    """Run the config's warm start once into out/warm_start/ and return a config starting from it."""
+    """Run the config's warm start once into out/warm_start/ and return a config starting from it.
+
+    The warm start is built in ``out/warm_start.tmp/`` (a leftover one from a killed compare is deleted first)
+    and moved to ``out/warm_start/`` only once its policy, probe outcomes and manifest are written
+    (`trace_rl.train.warm_start.warm_start_policy`), so a compare killed during the warm start leaves nothing
+    that a rerun would reuse. An existing ``out/warm_start/`` is reused only when `check_warm_start` accepts it.
+
+    Raises:
+        ValueError: the existing warm start is incomplete or was made with another config (`check_warm_start`).
+    """
     if cfg.policy.sft_steps == 0:
         return cfg
     folder = out / "warm_start"
     policy_dir = folder / "sft" / "policy"
-    if not policy_dir.exists():
-        trainer = Trainer(replace(cfg, steps=1), folder, log=log)
+    if folder.exists():
+        check_warm_start(cfg, folder, log)
+    else:
+        tmp = out / "warm_start.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        trainer = Trainer(replace(cfg, steps=1), tmp, log=log)
         trainer.prepare_policy_only()
+        os.replace(tmp, folder)
     new = replace(cfg, policy=replace(cfg.policy, name=str(policy_dir.resolve()), sft_steps=0))
     validate(new)
     return new
 
 
+def check_warm_start(cfg: TrainConfig, folder: Path, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Accept ``folder`` (a comparison's warm_start/) for reuse by ``cfg``, or raise; returns its manifest.
+
+    Accepted: ``sft/policy`` holds a manifest (``warm_start.json``) whose recorded config equals
+    `trace_rl.train.provenance.warm_start_config` of ``cfg``, and the probe outcomes it says it has. A warm start
+    made before manifests existed (a policy with its probe outcomes, e.g. one kept in results/ and copied back)
+    is adopted: its manifest is written with ``cfg``'s config, which cannot be checked (said in the log).
+
+    Raises:
+        ValueError: no policy, no probe outcomes (a warm start killed during its probe), or a recorded config
+            that differs from ``cfg``'s (the first differences named).
+    """
+    policy_dir = folder / "sft" / "policy"
+    if not policy_dir.is_dir():
+        raise ValueError(
+            f"{folder} holds no warm-start policy (sft/policy): a warm start that did not finish; delete {folder} "
+            "to build it again"
+        )
+    manifest = read_manifest(policy_dir)
+    if manifest is None:
+        if not (policy_dir / PROBE_FILE).exists():
+            raise ValueError(
+                f"{folder} holds a warm-start policy without its probe outcomes ({PROBE_FILE}): a warm start killed "
+                f"before its probe finished; delete {folder} to build it again"
+            )
+        log(
+            f"warm start {folder}: no manifest (made before warm starts recorded their config); adopting it as "
+            "this comparison's, unchecked"
+        )
+        return write_manifest(policy_dir, cfg, probe=True, adopted=True)
+    if manifest.get("probe") and not (policy_dir / PROBE_FILE).exists():
+        raise ValueError(
+            f"{folder}: its probe outcomes ({PROBE_FILE}) are missing; delete {folder} to rebuild it"
+        )
+    diffs = config_differences(manifest.get("config") or {}, warm_start_config(cfg))
+    if diffs:
+        raise ValueError(
+            f"{folder} was made with another config ({'; '.join(diffs[:3])}"
+            f"{'; ...' if len(diffs) > 3 else ''}); use another --out or delete {folder}"
+        )
+    return manifest
+
+
 DATA_KEYS = ("env.name", "env.data_seed", "env.train_limit", "env.eval_tasks", "env.task_kwargs")
 """Config keys that choose the task data (trace_rl.train.hygiene.run_tasks); one comparison has one of each."""
+
+EVAL_KEYS = (
+    "env.eval_temperature",
+    "env.eval_samples",
+    "env.max_turns",
+    "eval_every",
+    "sampling.max_new_tokens",
+    "sampling.temperature",
+    "sampling.top_p",
+    "sampling.max_concurrency",
+    "steps",
+    "total_budget",
+)
+"""Config keys that decide how runs are measured or how much they may spend (the held-out evaluation, the
+episodes, the budget); one comparison has one of each, so a variant may not set them."""
+
+SECTIONS = ("env", "policy", "sampling", "budget", "optim", "predictor", "backend")
+"""The config's sections: a variant names a section's keys (``budget.roots=16``), never the whole section."""
+
+SHARED_KEYS = (*DATA_KEYS, *EVAL_KEYS)
+"""What the runs of one comparison share besides the warm start; `shared_differences` compares them."""
+
+
+def shared_differences(configs: dict[str, dict[str, Any]]) -> list[str]:
+    """``key: label=value, label=value`` for every `SHARED_KEYS` key whose value differs between the saved configs
+    (config.json dicts by label; configs that lack a key count as unknown and are left out of that key)."""
+    out = []
+    for key in SHARED_KEYS:
+        values: dict[str, Any] = {}
+        for label, data in configs.items():
+            node: Any = data
+            for part in key.split("."):
+                node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
+            if node is not _MISSING:
+                values[label] = node
+        if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
+            out.append(f"{key}: " + ", ".join(f"{label}={v!r}" for label, v in values.items()))
+    return out
+
+
+_MISSING = object()
 
 
 def parse_variant(entry: str) -> tuple[str, str, tuple[str, ...]]:
@@ -113,7 +258,9 @@ def parse_variant(entry: str) -> tuple[str, str, tuple[str, ...]]:
     Raises:
         ConfigError: an empty label or method, or an override of ``policy.*`` (all runs of a comparison start
             from one warm start), of the task data (`DATA_KEYS`: all runs share the held-out tasks and the RL
-            pool the warm start was kept apart from) or ``method``/``seed``.
+            pool the warm start was kept apart from), of what measures the runs or bounds their spend
+            (`EVAL_KEYS`: the evaluation, the episodes, ``steps``, ``total_budget``), of a whole section
+            (``env={...}``) or ``method``/``seed``.
     """
     label, method = entry.strip(), entry.strip()
     overrides: tuple[str, ...] = ()
@@ -126,7 +273,13 @@ def parse_variant(entry: str) -> tuple[str, str, tuple[str, ...]]:
         raise ConfigError(f"--methods entry {entry!r}: expected METHOD or LABEL=METHOD@KEY=VALUE;KEY=VALUE")
     for item in overrides:
         key = item.split("=", 1)[0].strip()
-        if key.startswith(("policy.", *DATA_KEYS)) or key in ("method", "seed"):
+        if key in SECTIONS:
+            raise ConfigError(
+                f"--methods entry {entry!r}: {key}={{...}} replaces the whole section; name its keys "
+                f"({key}.KEY=VALUE), and only those a variant may change"
+            )
+        shared = key == "sampling" or key.startswith(("policy.", "sampling.", *DATA_KEYS))
+        if shared or key in (*EVAL_KEYS, "method", "seed"):
             raise ConfigError(
                 f"--methods entry {entry!r}: {key} cannot differ between the runs of one comparison"
             )
@@ -153,11 +306,28 @@ def _run_one(run_cfg: TrainConfig, run_dir: Path, progress: bool) -> dict[str, f
     started = (run_dir / "checkpoints").exists() or (run_dir / "metrics.jsonl").exists()
     if started:
         check_same_config(run_cfg, run_dir)  # continuing is only right for the same run
+        check_same_start(run_cfg, run_dir)
     done = completed_step(run_dir) if started else None
     # a finished run (all steps, or its total budget spent) is read back, not set up again
     if done is None or (done < run_cfg.steps and not finished_run(run_dir)):
         train(run_cfg, run_dir, resume=started, progress=progress)
     return summarize(read_metrics(run_dir / "metrics.jsonl"))
+
+
+def check_same_start(cfg: TrainConfig, run_dir: Path) -> None:
+    """Raise ValueError when the run in ``run_dir`` recorded a warm start (its config.json provenance) other than
+    the one ``cfg`` starts from now (the comparison's warm start rebuilt under the same path). A run that
+    recorded none (made before provenance) is not checked."""
+    path = run_dir / "config.json"
+    if not path.exists():
+        return
+    recorded = provenance_of(json.loads(path.read_text()))["warm_start_hash"]
+    current = policy_start_hash(cfg, run_dir)
+    if recorded is not None and current is not None and recorded != current:
+        raise ValueError(
+            f"{run_dir} started from another warm start ({recorded[:19]}) than {cfg.policy.name} "
+            f"({current[:19]}); delete that run or use another --out"
+        )
 
 
 def check_seeds(seeds: Iterable[int]) -> list[int]:
@@ -210,7 +380,8 @@ def plan_runs(
 
     Raises:
         ValueError: jobs < 1, a seed listed twice or a negative seed, or ``root`` is a file.
-        ConfigError: a label named twice or an invalid run config, both before the (long) warm start.
+        ConfigError: a label named twice, an invalid run config, or variants whose total budgets differ (the
+            comparison is at equal budget), all before the (long) warm start.
     """
     seeds = check_seeds(seeds)
     if jobs < 1:
@@ -218,8 +389,18 @@ def plan_runs(
     labels = [label for label, _, _ in variants]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"--methods names a label twice: {', '.join(labels)}")
-    for _, method, overrides in variants:
-        validate(with_overrides(replace(cfg, method=method), overrides))
+    budgets: dict[str, float] = {}
+    for label, method, overrides in variants:
+        variant = with_overrides(replace(cfg, method=method), overrides)
+        validate(variant)
+        budgets[label] = variant.total_budget or variant.steps * budget_shape(variant).total
+    if len(set(budgets.values())) > 1:
+        raise ConfigError(
+            "the variants' total budgets differ ("
+            + ", ".join(f"{label} {b:g}" for label, b in budgets.items())
+            + " rollout-equivalents: steps x the per-step budget); give every variant the per-step budget of "
+            "the others (e.g. budget.roots=32;budget.continuations=6 against 64 x 2)"
+        )
     if root.exists() and not root.is_dir():
         raise ValueError(f"{root} is a file, not a comparison folder")
     root.mkdir(parents=True, exist_ok=True)
@@ -285,6 +466,37 @@ def run_plan(
     return summaries
 
 
+def check_provenance(plan: Sequence[Run], base: TrainConfig) -> dict[str, Any]:
+    """Check that the runs of a comparison share what they must: per seed one warm start (each run's
+    config.json ``warm_start_hash``), and across labels the `SHARED_KEYS`; returns what the comparison records
+    of them (``warm_start_hash``, the runs without provenance).
+
+    Raises:
+        ValueError: two runs of one seed from different warm starts, or shared keys that differ (both named).
+    """
+    configs: dict[tuple[str, int], dict[str, Any]] = {}
+    for label, seed, _, run_dir in plan:
+        path = run_dir / "config.json"
+        configs[label, seed] = json.loads(path.read_text()) if path.exists() else {}
+    hashes = {key: provenance_of(data)["warm_start_hash"] for key, data in configs.items()}
+    for seed in sorted({s for _, s in configs}):
+        starts = {label: h for (label, s), h in hashes.items() if s == seed and h is not None}
+        if len(set(starts.values())) > 1:
+            raise ValueError(
+                f"runs of seed {seed} started from different warm starts: "
+                + ", ".join(f"{label} ({h[:19]})" for label, h in starts.items())
+            )
+    diffs = shared_differences({f"{label}/seed_{seed}": data for (label, seed), data in configs.items()})
+    if diffs:
+        raise ValueError(f"the runs differ in what a comparison shares: {diffs[0]}")
+    return {
+        "warm_start_hashes": sorted({h for h in hashes.values() if h is not None}),
+        "runs_without_provenance": sorted(
+            f"{label}/seed_{seed}" for (label, seed), data in configs.items() if PROVENANCE_KEY not in data
+        ),
+    }
+
+
 def compare(
     cfg: TrainConfig,
     methods: Sequence[str],
@@ -311,7 +523,8 @@ def compare(
     (tool calls finish in a timing-dependent order).
 
     Raises:
-        ValueError: jobs < 1, or an invalid run config or variant (ConfigError).
+        ValueError: jobs < 1, an invalid run config or variant (ConfigError), a warm start in ``out`` that is
+            incomplete or was made with another config, or runs whose shared parts differ (`check_provenance`).
     """
     variants = [parse_variant(m) for m in methods]
     labels = [label for label, _, _ in variants]
@@ -325,14 +538,21 @@ def compare(
     for (label, seed), records in logs.items():
         summaries[(label, seed)].update(run_cost(records))
         summaries[(label, seed)].update(document["methods"][label]["summary"][seed])
+    provenance = check_provenance(plan, base)
     (root / "curves.json").write_text(json.dumps(document, indent=2))
     per_method: dict[str, dict[str, Any]] = {}
     for label, method, overrides in variants:
         runs = [summaries[(label, seed)] for seed in range(seeds)]
         row: dict[str, Any] = {"seeds": seeds, "method": method}
+        run_cfg = with_overrides(replace(base, method=method), overrides)
         if overrides:
             row["overrides"] = list(overrides)
-            row["budget_total"] = budget_shape(with_overrides(base, overrides)).total
+            row["budget_total"] = budget_shape(run_cfg).total
+        # the run's total_budget (rollout-equivalents, equal for every label); its RL budget is that minus the
+        # warm start's probe where the method reads it (probe_budget_spent, 0 otherwise)
+        total = next(c.total_budget for lab, _, c, _ in plan if lab == label)
+        row["run_budget_total"] = total
+        row["rl_budget_total"] = total - float(np.mean([r.get("probe_budget_spent", 0.0) for r in runs]))
         for metric in METRICS:
             vals = [r[metric] for r in runs if _finite(r.get(metric))]
             if metric.endswith("_to_baseline_final"):
@@ -354,6 +574,7 @@ def compare(
             "auc_ranges": document["auc_ranges"],
         },
         "config": base.to_dict(),
+        "provenance": {"code_commit": code_version()[0], "code_dirty": code_version()[1], **provenance},
     }
     (root / "comparison.json").write_text(json.dumps(result, indent=2))
     return result

@@ -70,7 +70,13 @@ class TimedEnvFactory:
 
 @dataclass
 class DataCursor:
-    """Deterministic order over the training tasks: epoch permutations seeded by (seed, epoch)."""
+    """Deterministic order over the training tasks: epoch permutations seeded by (seed, epoch).
+
+    One `take` never returns a task twice: when a pool crosses an epoch boundary, the new epoch's tasks that the
+    pool already holds (drawn at the end of the previous epoch) are passed over in the new epoch, so a candidate
+    pool holds distinct tasks (each with its own per-prompt generator in the step) and the order stays a pure
+    function of (seed, pool sizes).
+    """
 
     n: int
     seed: int
@@ -78,12 +84,25 @@ class DataCursor:
     index: int = 0
 
     def take(self, k: int) -> list[int]:
+        """The next ``k`` distinct task indices.
+
+        Raises:
+            ValueError: ``k`` exceeds the number of tasks (a pool of distinct tasks cannot be drawn).
+        """
+        if k > self.n:
+            raise ValueError(
+                f"a candidate pool of {k} distinct tasks needs at least {k} training tasks, got {self.n}"
+            )
         out: list[int] = []
+        seen: set[int] = set()
         while len(out) < k:
             order = np.random.default_rng([self.seed, self.epoch]).permutation(self.n)
-            take = min(k - len(out), self.n - self.index)
-            out.extend(int(i) for i in order[self.index : self.index + take])
-            self.index += take
+            while len(out) < k and self.index < self.n:
+                i = int(order[self.index])
+                self.index += 1
+                if i not in seen:
+                    out.append(i)
+                    seen.add(i)
             if self.index >= self.n:
                 self.epoch, self.index = self.epoch + 1, 0
         return out

@@ -2,7 +2,7 @@
 
 Output folder layout::
 
-    DIR/config.json                  the resolved config
+    DIR/config.json                  the resolved config, and its "provenance" block (trace_rl.train.provenance)
     DIR/metrics.jsonl                one record per training step (and "eval" records), each step exactly once
     DIR/tb/                          TensorBoard event files
     DIR/sft/                         the warm-started policy (when policy.sft_steps > 0) and sft.json
@@ -16,16 +16,18 @@ import json
 import os
 import shutil
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from trace_rl.train.config import TrainConfig, config_from_dict
+from trace_rl.train.provenance import config_dict
 
 # What a run writes into its folder; `clear_run` removes exactly these (and nothing else a user keeps there).
 RUN_FILES = ("metrics.jsonl", "config.json", "report.html", "servers.json")
-RUN_DIRS = ("checkpoints", "tb", "sft", "report", "served")
+RUN_DIRS = ("checkpoints", "tb", "sft", "sft.tmp", "report", "served")
 
 
 def strict_json(x: Any) -> Any:
@@ -112,7 +114,7 @@ def resume_config(out: str | Path) -> TrainConfig:
     path = Path(out) / "config.json"
     if not path.exists():
         raise ValueError(f"{out} holds no config.json: not a trace-rl run folder")
-    return config_from_dict(json.loads(path.read_text()))
+    return config_from_dict(config_dict(json.loads(path.read_text())))
 
 
 def clear_run(out: str | Path) -> None:
@@ -124,13 +126,58 @@ def clear_run(out: str | Path) -> None:
         shutil.rmtree(root / name, ignore_errors=True)
 
 
+RUNTIME_KEYS = ("threads",)
+"""Config keys that change how fast a run goes, not what it computes: a run may be continued with others (a
+comparison resumed with another ``--jobs`` gives its runs another ``threads``)."""
+
+
 def check_same_config(cfg: TrainConfig, out: str | Path) -> None:
-    """Raise ValueError when ``out`` holds a run (config.json) started with a different config than ``cfg``."""
+    """Raise ValueError when ``out`` holds a run (config.json) started with a different config than ``cfg``
+    (`RUNTIME_KEYS` aside; the provenance block is not part of the config)."""
     path = Path(out) / "config.json"
-    if path.exists() and config_from_dict(json.loads(path.read_text())) != cfg:
+    if not path.exists():
+        return
+    saved = config_from_dict(config_dict(json.loads(path.read_text())))
+    runtime = {key: getattr(cfg, key) for key in RUNTIME_KEYS}
+    if replace(saved, **runtime) != cfg:
         raise ValueError(
             f"{out} holds a run with a different config; use another --out (or delete that run) to start afresh"
         )
+
+
+def log_finished(records: Sequence[dict[str, Any]], config: dict[str, Any]) -> bool | None:
+    """Whether a run's log shows it finished, by the rule the training loop stops on: its last training step is
+    ``steps``, or (``total_budget`` > 0) the budget left after it could not pay one more step; and, with
+    ``eval_every`` > 0, the held-out evaluation after that step is logged. ``config`` is the run's saved
+    config.json (a dict). None when the config lacks what the rule needs (unknown).
+    """
+    from trace_rl.allocation import BudgetShape
+
+    try:
+        steps, total = int(config["steps"]), float(config.get("total_budget", 0.0))
+        eval_every = int(config.get("eval_every", 0))
+        b = config["budget"]
+        shape = BudgetShape(
+            roots=int(b["roots"]),
+            continuations=int(b["continuations"]),
+            group_size=int(b["group_size"]),
+            replay_cost=float(b["replay_cost"]),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+    train_recs = [r for r in records if r.get("kind", "train") == "train"]
+    if not train_recs:
+        return False
+    last = max(train_recs, key=lambda r: int(r.get("step", 0)))
+    step = int(last.get("step", 0))
+    spent = last.get("budget_spent_total")
+    done = step >= steps or (
+        total > 0 and isinstance(spent, int | float) and total - float(spent) < shape.total - 1e-9
+    )
+    evaluated = eval_every == 0 or any(
+        r.get("kind") == "eval" and int(r.get("step", -1)) == step for r in records
+    )
+    return bool(done and evaluated)
 
 
 def summarize(records: Sequence[dict[str, Any]]) -> dict[str, float]:

@@ -337,7 +337,18 @@ def _run_roots_and_prefixes(
 
 
 def _prompt_rngs(pool: Sequence[Task], rng: np.random.Generator) -> dict[str, np.random.Generator]:
-    """One generator per prompt, drawn in pool order before the rollouts start (see `prefix_callback`)."""
+    """One generator per prompt, drawn in pool order before the rollouts start (see `prefix_callback`).
+
+    Raises:
+        ValueError: a task id appears twice in the pool (its copies would share one generator and draw in
+            completion order; `trace_rl.train.data.DataCursor` never draws such a pool).
+    """
+    ids = [t.id for t in pool]
+    if len(set(ids)) != len(ids):
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        raise ValueError(
+            f"the candidate pool holds task {twice[0]!r} more than once: a pool holds distinct tasks"
+        )
     return {
         t.id: np.random.default_rng(int(x))
         for t, x in zip(pool, rng.integers(2**63 - 1, size=len(pool)), strict=True)

@@ -3,14 +3,24 @@
 `warm_start_policy` trains the policy on the gold trajectories of the warm-start tasks (`trace_rl.policy.sft`;
 no RL-pool or held-out prompt among them, `trace_rl.train.hygiene`), probing it (8 samples at temperature 1 per
 probe prompt) until the copy-learning jump shows; it saves the policy to ``out/sft/policy`` with the outcomes of
-one probe on the RL pool (``probe_outcomes.json``). `warm_start_predictor` trains the
-success predictor on those outcomes before step 1.
+one probe on the RL pool (``probe_outcomes.json``) and its manifest (``warm_start.json``: content hash and the config
+that made it, `trace_rl.train.provenance`). Everything is written under ``out/sft.tmp/`` and moved to ``out/sft/``
+at the end, so a warm start killed halfway (in SFT, in ``save_pretrained`` or in the probe) leaves no ``out/sft/``
+that looks complete. `warm_start_predictor` trains the success predictor on the probe's outcomes before step 1.
+
+The probe is generated once for every run that starts from the warm start, but only a run whose method reads the
+predictor (``Method.uses_predictor``: trace, pcl, knapsack and the TRACE ablations) gains from it, so only such a
+run pays for it (`probe_charge`): its run starts with the probe's rollouts spent (its RL budget is
+``total_budget`` minus the probe) and its learning curve starts at the probe's cost (docs/training.md, "The
+probe's charge").
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from trace_rl.train.config import TrainConfig
+from trace_rl.train.provenance import write_manifest
 
 PROBE_FILE = "probe_outcomes.json"
 
@@ -45,7 +56,11 @@ def warm_start_policy(
     ``policy.sft_probe_prompts`` warm-start prompts. With ``policy.sft_stop_success`` > 0 it stops at the first
     probe meeting the stop rule (success and mixed share) and raises `WarmStartError` when the step cap comes
     first. Then one probe on the first ``policy.sft_probe_prompts`` RL-pool prompts, prompts the warm start
-    never saw, is saved with the policy (probe_outcomes.json) to warm-start the predictor.
+    never saw, is saved with the policy (probe_outcomes.json, with the tokens and tool calls it generated) to
+    warm-start the predictor, with the manifest (`trace_rl.train.provenance.write_manifest`).
+
+    Writes ``out/sft.tmp/`` and moves it to ``out/sft/`` (replacing an earlier one) only at the end; when it
+    raises `WarmStartError`, ``out/sft/`` holds sft.json and no policy.
     """
     import asyncio
 
@@ -54,10 +69,17 @@ def warm_start_policy(
     from trace_rl.rollout.agent import ChatCodec
     from trace_rl.rollout.backends import SamplingParams
     from trace_rl.rollout.engine import LocalEngine
-    from trace_rl.rollout.evaluate import sample_rewards, spread_metrics
+    from trace_rl.rollout.evaluate import sample_episodes, sample_rewards, spread_metrics
 
     pol = cfg.policy
     sft_dir = out / "sft"
+    tmp = out / "sft.tmp"  # a kill leaves only this behind; the next warm start starts it afresh
+    shutil.rmtree(tmp, ignore_errors=True)
+
+    def publish() -> None:
+        shutil.rmtree(sft_dir, ignore_errors=True)
+        os.replace(tmp, sft_dir)
+
     tasks = list(sft_tasks)
     gold = [gold_trajectory(t, cfg.env.name) for t in tasks]
     examples = build_sft_examples(
@@ -85,6 +107,25 @@ def warm_start_policy(
                 max_turns=cfg.env.max_turns,
             )
         )
+
+    def sample_costed(prompts: list[Any]) -> tuple[Any, int, int]:
+        """Rewards (P, 8), sampled tokens and tool calls of one probe."""
+        engine = LocalEngine(policy, max_batch=64)
+        episodes = asyncio.run(
+            sample_episodes(
+                engine,
+                lambda: make_env(cfg.env.name),
+                codec,
+                prompts,
+                sampling,
+                samples=8,
+                max_turns=cfg.env.max_turns,
+            )
+        )
+        rewards = np.asarray([e.reward for e in episodes], np.float64).reshape(len(prompts), 8)
+        tokens = sum(e.sampled_tokens for e in episodes)
+        calls = sum(_tool_calls(t.info) for e in episodes for t in e.turns)
+        return rewards, tokens, calls
 
     def evaluate(step: int) -> dict[str, float]:
         last["rewards"] = sample(probe)
@@ -129,13 +170,14 @@ def warm_start_policy(
         stop=stop if stop_rule else None,
     )
     final = result.history[-1] if result.history else {}
-    sft_dir.mkdir(parents=True, exist_ok=True)
-    (sft_dir / "sft.json").write_text(json.dumps(result.to_dict(), indent=2))
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "sft.json").write_text(json.dumps(result.to_dict(), indent=2))
     log(
         f"warm start done in {result.seconds:.0f}s after {result.steps} steps: success "
         f"{final.get('mean_success', float('nan')):.3f}, mixed share {final.get('mixed_share', float('nan')):.3f}"
     )
     if pol.require_jump and stop_rule and not result.stopped:
+        publish()  # sft.json for the diagnosis; no policy, so nothing reuses it
         raise WarmStartError(
             f"the SFT warm start reached its cap of {pol.sft_steps} steps at probe success "
             f"{final.get('mean_success', 0.0):.3f} / mixed share {final.get('mixed_share', 0.0):.3f}, short of "
@@ -143,14 +185,16 @@ def warm_start_policy(
             "set policy.require_jump=false"
         )
     if pol.require_jump and final.get("mean_success", 0.0) <= 0.0:
+        publish()
         raise WarmStartError(
             "the SFT warm start ended without a single success on its probe prompts (no copy-learning jump); "
             "raise policy.sft_steps or set policy.require_jump=false"
         )
-    policy.save(sft_dir / "policy")
+    policy.save(tmp / "policy")
+    cost: dict[str, int] = {}
     if rl_pool:  # the predictor needs outcomes on the RL pool, which the warm start never trained on
         probe = list(rl_pool[: min(pol.sft_probe_prompts, len(rl_pool))])
-        last["rewards"] = sample(probe)
+        last["rewards"], cost["tokens_generated"], cost["tool_calls"] = sample_costed(probe)
         pool = spread_metrics(last["rewards"])
         log(
             f"RL-pool probe ({len(probe)} training prompts x 8): success {pool['mean_success']:.3f}, "
@@ -158,13 +202,40 @@ def warm_start_policy(
             f"all failed {pool['all_failed_share']:.3f}"
         )
     if "rewards" in last:
-        save_probe_outcomes(sft_dir / "policy", probe, last["rewards"], step=result.steps)
+        save_probe_outcomes(tmp / "policy", probe, last["rewards"], step=result.steps, **cost)
+    write_manifest(tmp / "policy", cfg, probe=bool(rl_pool))
+    publish()
+
+
+def probe_charge(path: Path) -> dict[str, Any]:
+    """What the probe in ``path`` (probe_outcomes.json) generated, charged to a run that reads it:
+    ``rollouts`` (P x S episodes), ``budget`` (rollout-equivalents: each is a full rollout, cost 1), and
+    ``tokens_generated`` and ``tool_calls`` (None where the file predates their recording: unknown)."""
+    data = json.loads(path.read_text())
+    rollouts = int(sum(len(r) for r in data["rewards"]))
+    return {
+        "rollouts": rollouts,
+        "budget": float(rollouts),
+        "tokens_generated": data.get("tokens_generated"),
+        "tool_calls": data.get("tool_calls"),
+    }
 
 
 def warm_start_predictor(
-    predictor: Any, online: Any, path: Path, log: Callable[[str], None] = print
+    predictor: Any,
+    online: Any,
+    path: Path,
+    log: Callable[[str], None] = print,
+    *,
+    charged: bool = False,
 ) -> dict[str, Any]:
-    """Train the predictor on the warm start's probe outcomes (training prompts only; never held-out ones)."""
+    """Train the predictor on the warm start's probe outcomes (training prompts only; never held-out ones).
+
+    Returns the log record (kind ``predictor_warm_start``, step 0). With ``charged`` (the run's method reads the
+    predictor) it carries the probe's cost (`probe_charge`) as ``charged_rollouts``, ``charged_budget``,
+    ``charged_tokens`` and ``charged_tool_calls`` (None: unknown), which `trace_rl.metrics.curves` adds before
+    the run's first step; without, those fields are 0.
+    """
     from trace_rl.predictor import NodeExample, serialize_anchor
 
     data = json.loads(path.read_text())
@@ -181,6 +252,7 @@ def warm_start_predictor(
         "examples": len(examples),
         "samples_per_prompt": int(np.mean([len(r) for r in data["rewards"]])) if examples else 0,
         "policy_sft_step": data.get("step"),
+        **charge_fields(probe_charge(path) if charged else None),
         **{k.replace("/", "_"): v for k, v in metrics.items() if isinstance(v, int | float)},
     }
     log(
@@ -190,12 +262,50 @@ def warm_start_predictor(
     return record
 
 
-def save_probe_outcomes(folder: Path, tasks: Sequence[Any], rewards: Any, *, step: int) -> None:
-    """Write the warm start's last probe (task ids, prompts, rewards (P, S)) next to the policy it measured."""
-    data = {
+def charge_fields(charge: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``charged_*`` fields of a ``predictor_warm_start`` record for a `probe_charge` (zeros for None)."""
+    if charge is None:
+        return {
+            "charged": False,
+            "charged_rollouts": 0,
+            "charged_budget": 0.0,
+            "charged_tokens": 0,
+            "charged_tool_calls": 0,
+        }
+    return {
+        "charged": True,
+        "charged_rollouts": charge["rollouts"],
+        "charged_budget": charge["budget"],
+        "charged_tokens": charge["tokens_generated"],
+        "charged_tool_calls": charge["tool_calls"],
+    }
+
+
+def save_probe_outcomes(
+    folder: Path,
+    tasks: Sequence[Any],
+    rewards: Any,
+    *,
+    step: int,
+    tokens_generated: int | None = None,
+    tool_calls: int | None = None,
+) -> None:
+    """Write the warm start's last probe (task ids, prompts, rewards (P, S), and what it generated: sampled
+    tokens and tool calls, when known) next to the policy it measured."""
+    data: dict[str, Any] = {
         "step": step,
         "task_ids": [t.id for t in tasks],
         "prompts": [t.prompt for t in tasks],
         "rewards": np.asarray(rewards, dtype=np.float64).tolist(),
     }
+    if tokens_generated is not None:
+        data["tokens_generated"] = int(tokens_generated)
+    if tool_calls is not None:
+        data["tool_calls"] = int(tool_calls)
     (folder / PROBE_FILE).write_text(json.dumps(data))
+
+
+def _tool_calls(info: dict[str, Any]) -> int:
+    """Tool calls a turn made (envs list one tool result per call in info["tool_results"])."""
+    results = info.get("tool_results")
+    return len(results) if isinstance(results, list) else 0
