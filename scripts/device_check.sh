@@ -31,6 +31,7 @@ DEVICE=${DEVICE:-cuda}
 STEPS=${STEPS:-3}
 OUT=${OUT:-$PWD/device_check}
 args=(--device "$DEVICE" --steps "$STEPS" --out "$OUT")
+if [ -n "${CHECKS:-}" ]; then args+=(--checks "$CHECKS"); fi
 for item in ${SET:-}; do args+=(--set "$item"); done
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if [[ "$DEVICE" == cuda* ]] && command -v nvidia-smi >/dev/null 2>&1; then
