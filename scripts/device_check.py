@@ -212,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     checks = [c for c in args.checks.split(",") if c]
     unknown = [c for c in checks if c not in CHECKS]
     if unknown or not checks:
-        print(f"device_check: --checks {args.checks!r}: expected a comma-separated subset of {', '.join(CHECKS)}")
+        print(
+            f"device_check: --checks {args.checks!r}: expected a comma-separated subset of {', '.join(CHECKS)}"
+        )
         return 1
     if args.steps < 1:
         print(f"device_check: --steps must be >= 1, got {args.steps}")
