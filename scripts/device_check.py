@@ -2,8 +2,11 @@
 
 Run through scripts/device_check.sh (its header says what it needs and what has been run where). Two checks,
 the same on every device, each a full `Trainer` run (local engine, policy update, predictor) on the toy
-arithmetic tool env (`trace_rl.rollout.toy_env`, named as ``module:factory``: pure Python, no sandbox, no data
-package) with the smoke preset's sizes:
+arithmetic tool env with a coin-like reward (`trace_rl.rollout.toy_env.ParityToolEnv`, named as
+``module:factory``: pure Python, no sandbox, no data package; the last turn scores 1 when its text has an even
+number of characters) with the smoke preset's sizes. A random-init policy earns that reward about half the time,
+so groups are mixed, advantages are non-zero and the update runs a real policy-gradient step (under the plain
+arithmetic env a random policy never scores, every group agrees and the update forwards nothing):
 
 - ``tiny``: the tiny Qwen3 policy of the presets (3.3 M parameters, random init);
 - ``qwen3-scratch``: a Qwen3 built from its config here (random init, the tiny tokenizer) and saved as a local
@@ -11,9 +14,14 @@ package) with the smoke preset's sizes:
   test stays short (``--scratch-size`` overrides).
 
 Per step it prints the step's wall-clock, generation tokens/s (tokens sampled / seconds in generation), update
-and predictor seconds; per check the peak memory: ``torch.cuda.max_memory_allocated`` on CUDA (reset before each
-check), the process's peak resident set size on CPU (``ru_maxrss``; it never decreases, so the second check's
-figure includes the first's). Exit status 1 when a check produced no step record.
+seconds, ``update_rows`` (root-to-leaf paths with a non-zero advantage, of all paths) with the update's gradient
+norm (before clipping) and the predictor seconds; per check the update rows and seconds over its steps and the
+peak memory: ``torch.cuda.max_memory_allocated`` on CUDA (reset before each check), the process's peak resident
+set size on CPU (``ru_maxrss``; it never decreases, so the second check's figure includes the first's).
+
+Exit status 1 (a ``FAIL`` line naming each failed check and why) when a check did not record all its steps, when
+no step of a check had a row with signal (``update_rows`` 0 in every step: the policy-gradient part never ran),
+or when a step with rows had a gradient norm or loss that is not finite and positive (norm) / finite (loss).
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ENV = "trace_rl.rollout.toy_env:ArithmeticToolEnv"
+ENV = "trace_rl.rollout.toy_env:ParityToolEnv"
 # the smoke preset's sizes, with the toy env and without held-out evaluation
 OVERRIDES = [
     f"env.name={ENV}",
@@ -37,6 +45,7 @@ OVERRIDES = [
 ]
 # hidden, layers, attention heads, KV heads, MLP width of the from-scratch Qwen3
 SCRATCH_SIZES = {"100m": (768, 16, 12, 4, 2048), "small": (64, 2, 2, 1, 128)}
+CHECKS = ("tiny", "qwen3-scratch")
 
 
 def build_scratch_qwen3(folder: Path, size: str, seed: int) -> int:
@@ -102,14 +111,21 @@ def run_check(name: str, policy: str, device: str, steps: int, out: Path, extra:
     total = time.perf_counter() - t0
     for r in records:
         gen = r["time_generation_s"]
+        grad = r.get("update_grad_norm")
         print(
             f"{name} step {r['step']}: {r['wall_s']:.2f} s, {r['tokens_generated']} tokens, "
             f"{r['tokens_generated'] / gen if gen > 0 else float('nan'):.0f} tokens/s in generation, "
-            f"update {r['time_update_s']:.2f} s, predictor {r['time_predictor_s']:.2f} s"
+            f"update {r['time_update_s']:.2f} s, update_rows {int(r.get('update_rows', 0))} of "
+            f"{int(r.get('update_paths', 0))} paths, grad norm "
+            f"{'-' if grad is None else f'{grad:.3g}'}, predictor {r['time_predictor_s']:.2f} s"
         )
     peak, what = peak_memory_mib(device)
+    rows = [int(r.get("update_rows", 0)) for r in records]
+    update_s = [float(r["time_update_s"]) for r in records]
     print(
-        f"{name}: {len(records)} steps in {total:.1f} s (set-up included), peak memory {peak:.0f} MiB ({what})"
+        f"{name}: {len(records)} steps in {total:.1f} s (set-up included), update_rows "
+        f"{', '.join(map(str, rows)) or '-'} ({sum(rows)} in all), update {sum(update_s):.2f} s in all, "
+        f"peak memory {peak:.0f} MiB ({what})"
     )
     tokens = sum(r["tokens_generated"] for r in records)
     gen_s = sum(r["time_generation_s"] for r in records)
@@ -121,7 +137,40 @@ def run_check(name: str, policy: str, device: str, steps: int, out: Path, extra:
         "tokens_per_s": tokens / gen_s if gen_s > 0 else None,
         "peak_memory_mib": peak,
         "peak_memory": what,
+        "update_rows": rows,
+        "update_paths": [int(r.get("update_paths", 0)) for r in records],
+        "update_seconds": update_s,
+        "update_grad_norm": [r.get("update_grad_norm") for r in records],
+        "update_loss": [r.get("update_loss") for r in records],
     }
+
+
+def check_problems(summary: dict[str, Any], steps: int) -> list[str]:
+    """Why one check's summary (`run_check`) fails, one line each; empty when it passes.
+
+    It fails when it recorded fewer than ``steps`` steps, when no step had a row with signal (``update_rows`` > 0:
+    a path with a non-zero advantage, so the policy-gradient loss has a gradient), or when a step with rows has a
+    gradient norm that is missing, not finite or 0, or a loss that is missing or not finite.
+    """
+    import math
+
+    problems = []
+    if summary["steps"] != steps:
+        problems.append(f"{summary['steps']} of {steps} steps recorded")
+    rows = summary["update_rows"]
+    if not any(n > 0 for n in rows):
+        problems.append(
+            f"no step had a row with signal (update_rows {', '.join(map(str, rows)) or '-'}): every group's "
+            "rewards agreed, so the policy-gradient update was not exercised"
+        )
+    for i, (n, grad, loss) in enumerate(
+        zip(rows, summary["update_grad_norm"], summary["update_loss"], strict=True), start=1
+    ):
+        if n > 0 and (grad is None or not math.isfinite(grad) or grad <= 0):
+            problems.append(f"step {i}: {n} rows with signal but gradient norm {grad}")
+        if n > 0 and (loss is None or not math.isfinite(loss)):
+            problems.append(f"step {i}: {n} rows with signal but loss {loss}")
+    return problems
 
 
 NEEDED = ("numpy", "yaml", "torch", "transformers", "tokenizers", "safetensors")
@@ -154,7 +203,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="more config overrides"
     )
+    parser.add_argument(
+        "--checks",
+        default=",".join(CHECKS),
+        help=f"comma-separated checks to run, in this order (default {','.join(CHECKS)})",
+    )
     args = parser.parse_args(argv)
+    checks = [c for c in args.checks.split(",") if c]
+    unknown = [c for c in checks if c not in CHECKS]
+    if unknown or not checks:
+        print(
+            f"device_check: --checks {args.checks!r}: expected a comma-separated subset of {', '.join(CHECKS)}"
+        )
+        return 1
+    if args.steps < 1:
+        print(f"device_check: --steps must be >= 1, got {args.steps}")
+        return 1
     missing = missing_packages()
     if missing:
         print(
@@ -173,16 +237,20 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"device_check: {where}, torch {torch.__version__}, python {sys.version.split()[0]}, {args.steps} steps"
     )
-    params = build_scratch_qwen3(out / "qwen3_scratch", size, seed=0)
-    print(f"qwen3-scratch: {params / 1e6:.1f} M parameters ({size})")
-    summary = [
-        run_check("tiny", "tiny", args.device, args.steps, out, args.set),
-        run_check("qwen3-scratch", str(out / "qwen3_scratch"), args.device, args.steps, out, args.set),
-    ]
+    policies = {"tiny": "tiny", "qwen3-scratch": str(out / "qwen3_scratch")}
+    if "qwen3-scratch" in checks:
+        params = build_scratch_qwen3(out / "qwen3_scratch", size, seed=0)
+        print(f"qwen3-scratch: {params / 1e6:.1f} M parameters ({size})")
+    summary = [run_check(c, policies[c], args.device, args.steps, out, args.set) for c in checks]
+    for s in summary:
+        s["problems"] = check_problems(s, args.steps)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print("imported third-party packages: " + ", ".join(third_party_modules()))
-    failed = [s["check"] for s in summary if s["steps"] != args.steps]
-    print("device_check: " + (f"FAIL ({', '.join(failed)})" if failed else "PASS"))
+    failed = [s for s in summary if s["problems"]]
+    for s in failed:
+        for problem in s["problems"]:
+            print(f"device_check: {s['check']}: {problem}")
+    print("device_check: " + (f"FAIL ({', '.join(s['check'] for s in failed)})" if failed else "PASS"))
     return 1 if failed else 0
 
 

@@ -47,6 +47,27 @@ def test_env_malformed_turns_and_turn_limit():
     assert r.observation.startswith("Error: bad tool call") and r.done and r.reward == 0.0
 
 
+def test_parity_env_scores_the_last_turn_by_its_length_and_keeps_the_arithmetic_episode():
+    (task,) = toy_env.load_tasks("train", 1, seed=3)
+    env = toy_env.ParityToolEnv(max_turns=2)
+    env.reset(task)
+    r1 = env.step("ab")  # not the last turn: no reward whatever its length, the arithmetic env's observation
+    assert r1.observation.startswith("Error: no <tool_call>") and not r1.done and r1.reward == 0.0
+    snap = env.snapshot()
+    r2 = env.step("abcd")  # the turn limit: 4 characters, even
+    assert r2.done and r2.reward == 1.0 and r2.info["parity_reward"] is True
+    env.restore(snap)
+    r3 = env.step("abc")  # same state, 3 characters
+    assert r3.done and r3.reward == 0.0 and r3.info["parity_reward"] is False
+    env.restore(snap)
+    assert env.step("<answer>-1</answer>").reward == 0.0  # 19 characters, wrong answer
+    env.restore(snap)
+    gold = toy_env.gold_trajectory(task)[1]
+    assert env.step(gold + "x" * (len(gold) % 2 == 0)).reward == 1.0  # odd length, correct answer still wins
+    env.reset(task)
+    assert env.step(toy_env.gold_trajectory(task)[0]).observation == task.answer  # the tool still runs
+
+
 def test_tasks_are_deterministic():
     a = toy_env.load_tasks("train", 5, seed=1)
     assert a == toy_env.load_tasks("train", 5, seed=1)

@@ -174,6 +174,28 @@ class ArithmeticToolEnv:
         self._state = copy.deepcopy(state)
 
 
+class ParityToolEnv(ArithmeticToolEnv):
+    """The arithmetic tool env with a reward a random policy earns about half the time, for checks of the
+    policy-gradient path (scripts/device_check.py).
+
+    A random-init policy never writes the exact answer, so under `ArithmeticToolEnv` every group of rollouts
+    agrees (all 0), every advantage is 0 and the policy update has nothing to train on. Here the episode's
+    last assistant turn is scored instead: reward 1 when its text has an even number of characters, else 0
+    (a correct ``<answer>`` also scores 1). Turns, tool calls, the turn limit, observations and
+    snapshot/restore are those of `ArithmeticToolEnv`, so replays from turn prefixes behave the same; only the
+    reward of the final turn differs. For a policy whose turn lengths are spread over many characters the
+    reward is a fair coin, so a group of m rollouts is mixed with probability about 1 - 2 * 0.5**m.
+    Tasks: this module's `load_tasks` (named as ``trace_rl.rollout.toy_env:ParityToolEnv``).
+    """
+
+    def step(self, assistant_text: str) -> StepResult:
+        result = super().step(assistant_text)
+        if not result.done or result.reward == 1.0:
+            return result
+        even = len(assistant_text) % 2 == 0
+        return StepResult(result.observation, float(even), True, {**result.info, "parity_reward": even})
+
+
 def make_env(name: str = ENV_NAME, **kwargs: object) -> ArithmeticToolEnv:
     """A fresh toy arithmetic env; ValueError for any other name."""
     if name != ENV_NAME:
