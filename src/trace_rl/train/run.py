@@ -119,7 +119,12 @@ class Trainer:
             top_p=cfg.sampling.top_p,
             seed=cfg.seed,
         )
-        self.optimizer = torch.optim.AdamW(self.policy.model.parameters(), lr=cfg.optim.lr, betas=(0.9, 0.95))
+        self.optimizer = torch.optim.AdamW(
+            self.policy.model.parameters(),
+            lr=cfg.optim.lr,
+            betas=(0.9, 0.95),
+            weight_decay=cfg.optim.weight_decay,
+        )
         history = (  # the convex predictors' outcome window (config validation rejects it for the others)
             {
                 "history_window": cfg.predictor.history_window or None,
