@@ -44,6 +44,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
+from trace_rl.errors import UserError
+
 Backend = Literal["auto", "bwrap", "unshare", "none"]
 
 NOBODY = 65534
@@ -394,7 +396,7 @@ def _run_with(
     if backend == "none":
         # Limits and an empty environment only; no isolation (explicit opt-in by the caller).
         return _run([*limits, python, "-I", "-S", "-"], code, timeout_s, max_output_bytes, backend)
-    raise ValueError(f"unknown sandbox backend {backend!r}; expected auto, bwrap, unshare or none")
+    raise UserError(f"unknown sandbox backend {backend!r}; expected auto, bwrap, unshare or none")
 
 
 def run_python(

@@ -13,8 +13,10 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from trace_rl.errors import UserError
 
-class ConfigError(ValueError):
+
+class ConfigError(UserError):
     """An invalid config: the message names the key and the problem in one line."""
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from trace_rl.errors import UserError
 from trace_rl.train.config import TrainConfig, config_from_dict
 
 # What a run writes into its folder; `clear_run` removes exactly these (and nothing else a user keeps there).
@@ -111,7 +112,7 @@ def resume_config(out: str | Path) -> TrainConfig:
     """The config a run in ``out`` was started with (for --resume)."""
     path = Path(out) / "config.json"
     if not path.exists():
-        raise ValueError(f"{out} holds no config.json: not a trace-rl run folder")
+        raise UserError(f"{out} holds no config.json: not a trace-rl run folder")
     return config_from_dict(json.loads(path.read_text()))
 
 
@@ -128,7 +129,7 @@ def check_same_config(cfg: TrainConfig, out: str | Path) -> None:
     """Raise ValueError when ``out`` holds a run (config.json) started with a different config than ``cfg``."""
     path = Path(out) / "config.json"
     if path.exists() and config_from_dict(json.loads(path.read_text())) != cfg:
-        raise ValueError(
+        raise UserError(
             f"{out} holds a run with a different config; use another --out (or delete that run) to start afresh"
         )
 
