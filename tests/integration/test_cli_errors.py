@@ -95,3 +95,40 @@ def test_a_user_error_raised_deep_inside_is_one_line(tmp_path, monkeypatch, caps
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not valid JSON" in err and "Traceback" not in err
+
+
+def test_resume_refuses_a_checkpoint_whose_pickle_runs_code(tmp_path) -> None:
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    from trace_rl.train.config import load_config
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps(load_config(preset="smoke").to_dict()))
+    ckpt = run_dir / "checkpoints" / "step_1"
+    (ckpt / "policy").mkdir(parents=True)
+    save_file({"w": torch.zeros(4)}, str(ckpt / "policy" / "model.safetensors"))
+    marker = tmp_path / "pwned"
+    payload = f"import pathlib; pathlib.Path({str(marker)!r}).write_text('ran')"
+    for name in ("optimizer.pt", "predictor.pt"):
+        torch.save({"state": {}}, ckpt / name)
+    torch.save({"torch": torch.get_rng_state(), "python": _Exec(payload)}, ckpt / "rng.pt")
+    (ckpt / "state.json").write_text(json.dumps({"step": 1}))
+    res = subprocess.run(
+        [*CLI, "train", "--resume", str(run_dir)], capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "rng.pt: refused: its pickle would build or call" in lines[0], res.stderr
+    assert "builtins.exec" in lines[0] and not marker.exists()
+
+
+class _Exec:
+    def __init__(self, code: str) -> None:
+        self.code = code
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (exec, (self.code,))
