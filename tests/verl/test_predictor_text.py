@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import sys
 from types import SimpleNamespace
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -28,7 +29,7 @@ class Tree:
 
     parent = np.array([-1, 0, 1, 1])
     depth = np.array([0, 1, 2, 2])
-    turns = [
+    turns: ClassVar[list[Any]] = [
         None,
         SimpleNamespace(text="<tool_call>{...}</tool_call>", observation="391"),
         SimpleNamespace(text="<answer>391</answer>", observation=""),
