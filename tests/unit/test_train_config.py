@@ -102,6 +102,7 @@ def test_unknown_preset_and_file(tmp_path) -> None:
         ("steps=1e400", "steps", ">= 1"),
         ("steps=1e30", "steps", ">= 1"),
         ("steps=2.5", "steps", ">= 1"),
+        ("steps=+-5", "steps", "expected an integer"),
         ("predictor.batch_size=0", "predictor.batch_size", "at least 1"),
         ("policy.sft_lr=-1", "policy.sft_lr", "> 0"),
         ("env.train_limit=-5", "env.train_limit", "at least 1"),

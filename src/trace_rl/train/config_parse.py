@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from pathlib import Path
@@ -80,18 +81,16 @@ def _integer(value: Any, key: str) -> int:
         raise ConfigError(f"{key}: expected an integer, got {value!r}")
     if isinstance(value, int):
         number = value
+    elif isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+        number = int(value)  # exact, however long (no float rounding)
     else:
         try:
-            number = int(value) if isinstance(value, str) and value.strip().lstrip("+-").isdigit() else None
-            if number is None:
-                f = float(value)
-                if not math.isfinite(f) or f != int(f):
-                    raise ConfigError(f"{key}: expected a whole finite number{_accepts(key)}, got {value!r}")
-                number = int(f)
-        except (TypeError, ValueError, OverflowError) as exc:
-            if isinstance(exc, ConfigError):
-                raise
+            f = float(value)
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
+        if not math.isfinite(f) or f != int(f):
+            raise ConfigError(f"{key}: expected a whole finite number{_accepts(key)}, got {value!r}")
+        number = int(f)
     if abs(number) >= INT_LIMIT:
         raise ConfigError(
             f"{key}: expected an integer of magnitude below 2**63{_accepts(key)}, got {value!r}"
