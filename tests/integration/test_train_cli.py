@@ -229,7 +229,7 @@ def test_cli_mistakes_are_one_plain_line(tmp_path, args) -> None:
         (["--preset", "nope"], "unknown preset 'nope'"),
         (["--preset", "smoke", "--set", "device=tpu"], "device: must be auto, cpu, cuda or cuda:N"),
         (["--preset", "smoke", "--set", "env.eval_samples=4"], "env.eval_samples: must be 1 when"),
-        (["--preset", "smoke", "--set", "policy.sft_evals=0"], "policy.sft_evals: must be >= 1"),
+        (["--preset", "smoke", "--set", "policy.sft_evals=0"], "policy.sft_evals: must be at least 1"),
         (["--resume", "/nonexistent/run"], "not a trace-rl run folder"),
     ],
 )

@@ -67,3 +67,74 @@ def test_no_readable_checkpoint_left(tmp_path: Path) -> None:
     assert resumable_checkpoint(tmp_path, lines.append) is None
     assert len(lines) == 1 and "starting from step 1" in lines[0]
     assert resumable_checkpoint(tmp_path / "nothing", lines.append) is None and len(lines) == 1
+
+
+class _RunsCode:
+    """A pickle payload that calls a function when loaded (what a hostile checkpoint would hold)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (Path.write_text, (self.marker, "ran"))
+
+
+@pytest.mark.parametrize("name", ["optimizer.pt", "predictor.pt", "rng.pt"])
+def test_a_checkpoint_whose_pickle_runs_code_is_refused(tmp_path: Path, name: str) -> None:
+    from trace_rl.errors import UserError
+    from trace_rl.train.checkpoint import UnsafeCheckpointError, completed_step, load_checkpoint
+
+    marker = tmp_path / "ran.txt"
+    _checkpoint(tmp_path, 2)
+    ckpt = _checkpoint(tmp_path, 4)
+    torch.save({"x": torch.ones(3), "payload": _RunsCode(marker)}, ckpt / name)
+    lines: list[str] = []
+    with pytest.raises(
+        UnsafeCheckpointError, match=f"{name}: refused: its pickle would build or call"
+    ) as info:
+        resumable_checkpoint(tmp_path, lines.append)  # no quiet fall-back to step_2 either
+    assert isinstance(info.value, UserError) and "\n" not in str(info.value) and lines == []
+    with pytest.raises(UnsafeCheckpointError):
+        completed_step(tmp_path)
+    with pytest.raises(UnsafeCheckpointError):  # loading directly (no check first) refuses as well
+        load_checkpoint(ckpt, tmp_path, optimizer=None, predictor=None, online=None, cursor=None, rng=None)
+    assert not marker.exists()
+
+
+def test_the_states_the_project_saves_load_weights_only(tmp_path: Path) -> None:
+    import random
+
+    import numpy as np
+
+    from trace_rl.predictor import build_predictor
+    from trace_rl.predictor.online import OnlineTrainer
+    from trace_rl.train.checkpoint import load_torch_file
+
+    texts = ["2+3 = ?", "2+3 = ? <tool_call>x</tool_call>", "7*8 = ?"]
+    for name in ("ngram", "tiny"):
+        pred = build_predictor(name, seed=0)
+        pred.update(texts, np.array([1.0, 0.0, 1.0]))
+        online = OnlineTrainer(pred)
+        torch.save({"predictor": pred.state_dict(), "online": online.state_dict()}, tmp_path / f"{name}.pt")
+        back = load_torch_file(tmp_path / f"{name}.pt")
+        again = build_predictor(name, seed=1)
+        again.load_state_dict(back["predictor"])
+        np.testing.assert_allclose(again.predict(texts), pred.predict(texts), rtol=1e-6)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    torch.save(opt.state_dict(), tmp_path / "optimizer.pt")
+    torch.optim.AdamW(model.parameters(), lr=1e-3).load_state_dict(load_torch_file(tmp_path / "optimizer.pt"))
+    torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp_path / "rng.pt")
+    rng = load_torch_file(tmp_path / "rng.pt")
+    assert rng["python"] == random.getstate() and torch.equal(rng["torch"], torch.get_rng_state())
+    scalars = {
+        "f": np.float64(0.5),
+        "i": np.int64(3),
+        "a": np.arange(4, dtype=np.int32),
+        "b": np.ones(2, bool),
+    }
+    torch.save(scalars, tmp_path / "numpy.pt")
+    loaded = load_torch_file(tmp_path / "numpy.pt")
+    assert loaded["f"] == 0.5 and loaded["i"] == 3 and loaded["a"].dtype == np.int32 and loaded["b"].all()

@@ -88,3 +88,57 @@ def test_unknown_preset_and_file(tmp_path) -> None:
     good = tmp_path / "good.yaml"
     good.write_text("method: pcl\nbudget: {roots: 16}\n")
     assert load_config(file=good).method == "pcl"
+
+
+@pytest.mark.parametrize(
+    ("override", "key", "accepted"),
+    [
+        ("optim.max_grad_norm=-1", "optim.max_grad_norm", "> 0"),
+        ("optim.max_grad_norm=0", "optim.max_grad_norm", "> 0"),
+        ("optim.lr=inf", "optim.lr", "> 0"),
+        ("optim.lr=nan", "optim.lr", "> 0"),
+        ("steps=inf", "steps", ">= 1"),
+        ("steps=nan", "steps", ">= 1"),
+        ("steps=1e400", "steps", ">= 1"),
+        ("steps=1e30", "steps", ">= 1"),
+        ("steps=2.5", "steps", ">= 1"),
+        ("steps=+-5", "steps", "expected an integer"),
+        ("predictor.batch_size=0", "predictor.batch_size", "at least 1"),
+        ("policy.sft_lr=-1", "policy.sft_lr", "> 0"),
+        ("env.train_limit=-5", "env.train_limit", "at least 1"),
+        ("optim.weight_decay=-0.1", "optim.weight_decay", ">= 0"),
+        ("budget.replay_cost=0", "budget.replay_cost", "(0, 1]"),
+        ("seed=-1", "seed", "[0, 2147483648)"),
+        ("total_budget=.inf", "total_budget", ">= 0"),
+    ],
+)
+def test_numbers_out_of_range_name_the_key_and_the_range(override, key, accepted) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(preset="smoke", overrides=[override])
+    message = str(info.value)
+    assert message.startswith(f"{key}: ") and accepted in message and "\n" not in message, message
+
+
+def test_every_numeric_key_has_a_range_and_the_defaults_lie_inside() -> None:
+    from trace_rl.train.config import TrainConfig
+    from trace_rl.train.config_check import RANGES, check_ranges, numeric_keys
+
+    keys = numeric_keys(TrainConfig)
+    assert "optim.max_grad_norm" in keys and "env.train_limit" in keys and "budget.max_rollouts" in keys
+    assert set(keys) == set(RANGES)  # no range for a key that does not exist either
+    check_ranges(TrainConfig())  # the defaults are valid
+
+
+def test_weight_decay_default_is_torchs_adamw_default() -> None:
+    import inspect
+
+    import torch
+
+    default = inspect.signature(torch.optim.AdamW).parameters["weight_decay"].default
+    assert load_config(preset="smoke").optim.weight_decay == default == 0.01
+    assert load_config(preset="smoke", overrides=["optim.weight_decay=0"]).optim.weight_decay == 0.0
+
+
+def test_integers_keep_their_exact_value() -> None:
+    cfg = load_config(preset="smoke", overrides=["env.data_seed=2147483647", "steps=1e3", "seed=2147483647"])
+    assert cfg.env.data_seed == 2**31 - 1 and cfg.steps == 1000 and cfg.seed == 2**31 - 1

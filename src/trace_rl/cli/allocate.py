@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from trace_rl.allocation import allocate_roots, mixed_probability
+from trace_rl.cli.main import UsageError, user_input
 
 
 def register(sub: Any) -> None:
@@ -40,12 +41,12 @@ def _parse_probs(text: str) -> np.ndarray:
     try:
         values = [float(t) for t in text.split(",") if t.strip()]
     except ValueError:
-        raise ValueError(f"--probs must be comma-separated numbers; got {text!r}") from None
+        raise UsageError(f"--probs must be comma-separated numbers; got {text!r}") from None
     if not values:
-        raise ValueError("--probs needs at least one probability")
+        raise UsageError("--probs needs at least one probability")
     arr = np.asarray(values)
     if np.isnan(arr).any() or (arr < 0).any() or (arr > 1).any():
-        raise ValueError(f"--probs must be probabilities in [0, 1]; got {text!r}")
+        raise UsageError(f"--probs must be probabilities in [0, 1]; got {text!r}")
     return arr
 
 
@@ -71,19 +72,20 @@ def _parse_sweep(text: str) -> tuple[int, int]:
         lo_s, hi_s = text.split(":")
         lo, hi = int(lo_s), int(hi_s)
     except ValueError:
-        raise ValueError(f"--sweep must look like LO:HI with integers, e.g. 4:48; got {text!r}") from None
+        raise UsageError(f"--sweep must look like LO:HI with integers, e.g. 4:48; got {text!r}") from None
     if lo < 0 or hi < lo:
-        raise ValueError(f"--sweep needs 0 <= LO <= HI; got {text!r}")
+        raise UsageError(f"--sweep needs 0 <= LO <= HI; got {text!r}")
     return lo, hi
 
 
 def run(args: argparse.Namespace) -> int:
     v = _parse_probs(args.probs)
     if args.plot and not args.sweep:
-        raise ValueError("--plot needs --sweep LO:HI")
+        raise UsageError("--plot needs --sweep LO:HI")
     if args.plot and not args.plot.lower().endswith(".png"):
-        raise ValueError(f"--plot must name a .png file; got {args.plot!r}")
-    trace = _solve(v, args.budget, args)
+        raise UsageError(f"--plot must name a .png file; got {args.plot!r}")
+    with user_input():  # the solver refuses an infeasible budget or cap: the user's arguments
+        trace = _solve(v, args.budget, args)
     uniform = uniform_allocation(v.size, args.budget)
     p_trace = mixed_probability(v, trace)
     p_uniform = mixed_probability(v, uniform)
@@ -157,7 +159,7 @@ def _plot(v: np.ndarray, rows: list[tuple[int, np.ndarray]], path: str) -> None:
     import matplotlib.pyplot as plt
 
     if not rows:
-        raise ValueError("no feasible budget in the sweep range; nothing to plot")
+        raise UsageError("no feasible budget in the sweep range; nothing to plot")
     budgets = np.array([b for b, _ in rows])
     alloc = np.stack([m for _, m in rows])
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))

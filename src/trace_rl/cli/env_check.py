@@ -13,6 +13,9 @@ import json
 import sys
 from typing import Any
 
+from trace_rl.cli.main import UsageError
+from trace_rl.errors import UserError
+
 
 def check_env(name: str, limit: int, split: str = "train", seed: int = 0) -> dict[str, Any]:
     """Run the check; returns {"env", "tasks", "gold_success", "empty_success", "snapshot_mismatch", "failures"}."""
@@ -67,9 +70,9 @@ def _run(args: argparse.Namespace) -> int:
     from trace_rl.envs import ENV_NAMES
 
     if args.name not in ENV_NAMES:
-        raise ValueError(f"unknown environment {args.name!r}; expected one of {', '.join(ENV_NAMES)}")
+        raise UsageError(f"unknown environment {args.name!r}; expected one of {', '.join(ENV_NAMES)}")
     if args.limit < 1:
-        raise ValueError(f"--limit must be >= 1, got {args.limit}")
+        raise UsageError(f"--limit must be >= 1, got {args.limit}")
     report = check_env(args.name, args.limit, args.split, args.seed)
     if args.json:
         print(json.dumps(report))
@@ -101,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(["env-check", *(sys.argv[1:] if argv is None else argv)])
     try:
         return _run(args)
-    except ValueError as exc:
+    except UserError as exc:  # anything else is a bug: its traceback shows
         print(f"trace-rl env-check: error: {exc}", file=sys.stderr)
         return 2
 

@@ -9,6 +9,7 @@ import argparse
 from typing import Any
 
 from trace_rl.cli.allocate import _parse_probs
+from trace_rl.cli.main import UsageError, user_input
 
 
 def register(sub: Any) -> None:
@@ -35,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from trace_rl.explore import write_explorer
 
     if not args.out.lower().endswith((".html", ".htm")):
-        raise ValueError(f"--out must name an .html file; got {args.out!r}")
-    print(write_explorer(args.out, _parse_probs(args.probs).tolist(), args.budget))
+        raise UsageError(f"--out must name an .html file; got {args.out!r}")
+    with user_input():  # write_explorer checks the starting budget
+        page = write_explorer(args.out, _parse_probs(args.probs).tolist(), args.budget)
+    print(page)
     return 0

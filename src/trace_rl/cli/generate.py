@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from trace_rl.cli.main import UsageError
+from trace_rl.cli.main import UsageError, user_input
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -29,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
     from trace_rl.rollout.engine import LocalEngine
     from trace_rl.rollout.toy_env import PYTHON_TOOL
 
-    sampling = SamplingParams(args.max_new_tokens, args.temperature, args.top_p, args.seed)
+    with user_input():  # SamplingParams checks --max-new-tokens, --temperature and --top-p
+        sampling = SamplingParams(args.max_new_tokens, args.temperature, args.top_p, args.seed)
     policy = load_policy(args.policy, seed=args.seed)
     text = CHAT.prompt(args.prompt, (PYTHON_TOOL,) if args.tools else ())
     ids = policy.tokenizer.encode(text, add_special_tokens=False)

@@ -12,6 +12,8 @@ import json
 import time
 from typing import Any
 
+from trace_rl.cli.main import UsageError
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
@@ -57,9 +59,9 @@ def run_claims_cmd(args: argparse.Namespace) -> int:
     from trace_rl.lab.claims import run_claims
 
     if args.seeds < 2:
-        raise ValueError(f"--seeds must be at least 2 for a confidence interval; got {args.seeds}")
+        raise UsageError(f"--seeds must be at least 2 for a confidence interval; got {args.seeds}")
     if args.steps < 1:
-        raise ValueError(f"--steps must be at least 1; got {args.steps}")
+        raise UsageError(f"--steps must be at least 1; got {args.steps}")
     start = time.perf_counter()
     results = run_claims(seeds=args.seeds, steps=args.steps, base_seed=args.seed)
     elapsed = time.perf_counter() - start
@@ -90,7 +92,7 @@ def run_plot_cmd(args: argparse.Namespace) -> int:
     from trace_rl.lab.plots import write_plots
 
     if args.seeds < 1:
-        raise ValueError(f"--seeds must be at least 1; got {args.seeds}")
+        raise UsageError(f"--seeds must be at least 1; got {args.seeds}")
     from trace_rl.cli.main import output_folder
 
     for path in write_plots(output_folder(args.out), seeds=args.seeds):
@@ -101,13 +103,13 @@ def run_plot_cmd(args: argparse.Namespace) -> int:
 def run_predictor_cmd(args: argparse.Namespace) -> int:
     """`trace-rl lab predictor`: train the tiny learned predictor on the lab and report it."""
     if args.steps < 1:
-        raise ValueError(f"--steps must be at least 1; got {args.steps}")
+        raise UsageError(f"--steps must be at least 1; got {args.steps}")
     if args.seeds < 2:
-        raise ValueError(f"--seeds must be at least 2 for a confidence interval; got {args.seeds}")
+        raise UsageError(f"--seeds must be at least 2 for a confidence interval; got {args.seeds}")
     if args.eval_prompts < 2:
-        raise ValueError(f"--eval-prompts must be at least 2; got {args.eval_prompts}")
+        raise UsageError(f"--eval-prompts must be at least 2; got {args.eval_prompts}")
     if args.threads < 1:
-        raise ValueError(f"--threads must be at least 1; got {args.threads}")
+        raise UsageError(f"--threads must be at least 1; got {args.threads}")
     import torch
 
     from trace_rl.cli.lab_learned import (

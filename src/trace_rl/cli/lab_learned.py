@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from trace_rl.allocation import METHODS
+from trace_rl.cli.main import UsageError
 from trace_rl.lab import (
     SHAPES,
     OraclePredictor,
@@ -85,7 +86,7 @@ class ConstantPredictor:
 
 def _shape(name: str) -> Any:
     if name not in SHAPES:
-        raise ValueError(f"unknown shape {name!r}; choose one of {', '.join(SHAPES)}")
+        raise UsageError(f"unknown shape {name!r}; choose one of {', '.join(SHAPES)}")
     return SHAPES[name]
 
 
@@ -114,9 +115,9 @@ def train_on_lab(
         ValueError: steps < 1, an unknown method or shape.
     """
     if steps < 1:
-        raise ValueError(f"steps must be at least 1; got {steps}")
+        raise UsageError(f"steps must be at least 1; got {steps}")
     if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}")
+        raise UsageError(f"unknown method {method!r}")
     budget = _shape(shape)
     fam = family or TaskFamily()
     adapter = LearnedLabPredictor(model)
@@ -171,7 +172,7 @@ def depth_table(
         ValueError: prompts or rollouts < 1.
     """
     if prompts < 1 or rollouts < 1:
-        raise ValueError("prompts and rollouts must be at least 1")
+        raise UsageError("prompts and rollouts must be at least 1")
     fam = family or TaskFamily()
     rng = np.random.default_rng((seed, 2))
     pool = sample_pool(fam, prompts, rng)
@@ -261,7 +262,7 @@ def ratio_comparison(
         ValueError: seeds < 2 or an unknown shape.
     """
     if seeds < 2:
-        raise ValueError(f"seeds must be at least 2 for a confidence interval; got {seeds}")
+        raise UsageError(f"seeds must be at least 2 for a confidence interval; got {seeds}")
     budget = _shape(shape)
     fam = family or TaskFamily()
     arms: list[tuple[str, str, Predictor]] = [

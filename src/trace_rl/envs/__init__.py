@@ -17,6 +17,7 @@ import importlib
 from typing import Any
 
 from trace_rl.envs.base import Env, StepResult, ToolCall, parse_turn
+from trace_rl.errors import DataError
 from trace_rl.types import Task
 
 ENV_NAMES = ("math_python", "math_steps", "bfcl", "multihop_qa")
@@ -38,7 +39,7 @@ def _entry(name: str, index: int) -> Any:
     if ":" in name:
         return _user_entry(name, index)
     if name not in _REGISTRY:
-        raise ValueError(_unknown(name))
+        raise DataError(_unknown(name))
     module = importlib.import_module(_REGISTRY[name][0])
     return getattr(module, _REGISTRY[name][index])
 
@@ -55,11 +56,11 @@ def _user_entry(name: str, index: int) -> Any:
         or not factory.isidentifier()
         or not all(p.isidentifier() for p in module_name.split("."))
     ):
-        raise ValueError(f"environment {name!r}: expected module:factory, e.g. my_pkg.my_env:make")
+        raise DataError(f"environment {name!r}: expected module:factory, e.g. my_pkg.my_env:make")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(
+        raise DataError(
             f"environment {name!r}: cannot import {module_name} ({exc}); is it on PYTHONPATH?"
         ) from None
     attr = factory if index == 1 else USER_ENV_NAMES[index]
@@ -70,7 +71,7 @@ def _user_entry(name: str, index: int) -> Any:
             2: "its task loader",
             3: "its gold trajectories (used by the SFT warm start)",
         }
-        raise ValueError(f"environment {name!r}: {module_name} defines no callable {attr} ({why[index]})")
+        raise DataError(f"environment {name!r}: {module_name} defines no callable {attr} ({why[index]})")
     return found
 
 

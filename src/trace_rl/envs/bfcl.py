@@ -45,6 +45,7 @@ from trace_rl.envs.base import (
     format_tool_results,
     parse_turn,
 )
+from trace_rl.errors import DataError
 from trace_rl.types import Task
 
 ENV_NAME = "bfcl"
@@ -142,7 +143,7 @@ def _split_indices(n: int, split: str, seed: int) -> list[int]:
         return order[cut:]
     if split == "all":
         return order
-    raise ValueError(f"bfcl split must be 'train', 'test' or 'all', got {split!r}")
+    raise DataError(f"bfcl split must be 'train', 'test' or 'all', got {split!r}")
 
 
 def load_bfcl_tasks(
@@ -159,7 +160,7 @@ def load_bfcl_tasks(
     """
     bad = set(subsets) - set(SUBSETS)
     if bad:
-        raise ValueError(f"unknown bfcl subsets {sorted(bad)}; expected a subset of {SUBSETS}")
+        raise DataError(f"unknown bfcl subsets {sorted(bad)}; expected a subset of {SUBSETS}")
     per_subset: dict[str, dict[int, tuple[dict[str, Any], list[list[str]]]]] = {}
     n = 0
     for sub in subsets:

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from trace_rl.errors import DataError
 from trace_rl.types import Task
 
 
@@ -21,24 +22,24 @@ def _verl_row_to_task(
 ) -> Task:
     messages = row.get("prompt")
     if not isinstance(messages, list) or not messages:
-        raise ValueError(f"{where}: 'prompt' must be a non-empty list of chat messages")
+        raise DataError(f"{where}: 'prompt' must be a non-empty list of chat messages")
     for m in messages:
         if (
             not isinstance(m, dict)
             or not isinstance(m.get("role"), str)
             or not isinstance(m.get("content"), str)
         ):
-            raise ValueError(f"{where}: every prompt message needs string 'role' and 'content'")
+            raise DataError(f"{where}: every prompt message needs string 'role' and 'content'")
     users = [m["content"] for m in messages if m["role"] == "user"]
     if not users:
-        raise ValueError(f"{where}: the prompt has no user message")
+        raise DataError(f"{where}: the prompt has no user message")
     reward_model = row.get("reward_model")
     if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
-        raise ValueError(f"{where}: missing reward_model.ground_truth")
+        raise DataError(f"{where}: missing reward_model.ground_truth")
     truth = reward_model["ground_truth"]
     extra = row.get("extra_info") or {}
     if not isinstance(extra, dict):
-        raise ValueError(f"{where}: extra_info must be a dict")
+        raise DataError(f"{where}: extra_info must be a dict")
     source = str(row.get("data_source", "unknown"))
     task_id = str(extra.get("id", extra.get("index", where.rsplit(" ", 1)[-1])))
     return Task(
@@ -55,13 +56,13 @@ def _task_row_to_task(
     row: dict[str, Any], where: str, env: str, tools: tuple[dict[str, object], ...]
 ) -> Task:
     if not isinstance(row.get("id"), str) or not isinstance(row.get("prompt"), str):
-        raise ValueError(f"{where}: a task row needs string 'id' and 'prompt'")
+        raise DataError(f"{where}: a task row needs string 'id' and 'prompt'")
     row_tools = row.get("tools", list(tools))
     if not isinstance(row_tools, list) or not all(isinstance(t, dict) for t in row_tools):
-        raise ValueError(f"{where}: 'tools' must be a list of OpenAI function schemas")
+        raise DataError(f"{where}: 'tools' must be a list of OpenAI function schemas")
     metadata = row.get("metadata", {})
     if not isinstance(metadata, dict):
-        raise ValueError(f"{where}: 'metadata' must be an object")
+        raise DataError(f"{where}: 'metadata' must be an object")
     answer = row.get("answer")
     return Task(
         id=row["id"],
@@ -85,7 +86,7 @@ def rows_to_tasks(
     for i, row in enumerate(rows):
         where = f"{source}: row {i}"
         if not isinstance(row, dict):
-            raise ValueError(f"{where}: expected an object, got {type(row).__name__}")
+            raise DataError(f"{where}: expected an object, got {type(row).__name__}")
         if isinstance(row.get("prompt"), list) or "reward_model" in row:
             out.append(_verl_row_to_task(row, where, env, tools))
         else:
@@ -106,7 +107,7 @@ def load_jsonl_tasks(path: str | Path, env: str, tools: tuple[dict[str, object],
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: line {n}: not valid JSON ({exc.msg})") from exc
+            raise DataError(f"{path}: line {n}: not valid JSON ({exc.msg})") from exc
     return rows_to_tasks(rows, str(path), env, tools)
 
 

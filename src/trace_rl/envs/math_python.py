@@ -22,6 +22,7 @@ from typing import Any
 
 from trace_rl.envs.base import AnswerEnv, EpisodeState, ToolCall
 from trace_rl.envs.sandbox import Backend, ExecResult, run_python
+from trace_rl.errors import DataError
 from trace_rl.types import Task
 
 ENV_NAME = "math_python"
@@ -98,13 +99,13 @@ def load_math_tasks(
     if split == "eval":
         return load_eval_tasks(limit=limit)
     if split not in _SPLIT_SEED_OFFSET:
-        raise ValueError(f"math_python split must be 'train', 'test' or 'eval', got {split!r}")
+        raise DataError(f"math_python split must be 'train', 'test' or 'eval', got {split!r}")
     if limit is not None and limit < 0:
-        raise ValueError(f"limit must be >= 0, got {limit}")
+        raise DataError(f"limit must be >= 0, got {limit}")
     gens = DEFAULT_GENERATORS if generators is None else generators
     unknown = set(gens) - set(_GOLD_CODE)
     if unknown:
-        raise ValueError(f"no gold-code writer for generators {sorted(unknown)}; known: {sorted(_GOLD_CODE)}")
+        raise DataError(f"no gold-code writer for generators {sorted(unknown)}; known: {sorted(_GOLD_CODE)}")
     n = per_generator or (-(-limit // max(len(gens), 1)) if limit else 100)
     split_seed = seed + _SPLIT_SEED_OFFSET[split]
     tasks: list[Task] = []

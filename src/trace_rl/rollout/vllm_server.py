@@ -34,13 +34,23 @@ DEFAULT_START_TIMEOUT_S = 300.0
 # vLLM gets it too) waits for the server to finish its own shutdown; it exits with the server's status.
 WATCHDOG = """
 import os, signal, subprocess, sys
+nice, orphan_signal, parent = (int(a) for a in sys.argv[1:4])
 signal.signal(signal.SIGHUP, lambda *_: os.killpg(0, signal.SIGKILL))
-if os.getppid() == 1:
-    sys.exit(1)
-child = subprocess.Popen(sys.argv[1:])
+if nice:
+    os.nice(nice)
+if orphan_signal and sys.platform.startswith("linux"):
+    import ctypes
+    ctypes.CDLL(None).prctl(1, orphan_signal)  # PR_SET_PDEATHSIG: SIGHUP this watchdog when its parent dies
+    if os.getppid() != parent:  # the parent died before the prctl: the signal would never come
+        sys.exit(1)
+child = subprocess.Popen(sys.argv[4:])
 signal.signal(signal.SIGTERM, lambda *_: None)
 sys.exit(child.wait())
 """
+"""The process a launched server runs under (argv: niceness, orphan signal or 0, the trainer's pid, then the
+server's command). It sets its own niceness and, on Linux, PR_SET_PDEATHSIG itself, after exec: no
+``preexec_fn``, which is unsafe in a process with threads (a fork of a threaded process may deadlock in Python
+code before exec). Both are inherited by the server it starts in the same new session."""
 
 
 def vllm_python() -> Path:
@@ -203,24 +213,14 @@ class VLLMServer:
         log = self.log_path or self.model_dir.parent / f"vllm-{self.port}.log"
         self.log_path = Path(log)
         self._log = self.log_path.open("ab")
-        nice, orphan_signal = self.nice, signal.SIGHUP if self.die_with_parent else 0
-
-        def preexec() -> None:  # pragma: no cover - runs in the child
-            if nice:
-                os.nice(nice)
-            if orphan_signal and sys.platform.startswith("linux"):
-                import ctypes
-
-                ctypes.CDLL(None).prctl(1, int(orphan_signal))  # PR_SET_PDEATHSIG: SIGHUP the watchdog
-
+        orphan_signal = int(signal.SIGHUP) if self.die_with_parent else 0
         argv = self.command()
         self.process = subprocess.Popen(
-            [argv[0], "-c", WATCHDOG, *argv],
+            [argv[0], "-c", WATCHDOG, str(self.nice), str(orphan_signal), str(os.getpid()), *argv],
             env=self.environment(),
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # own process group: stop() reaches vLLM's engine-core child too
-            preexec_fn=preexec,
         )
         return self
 

@@ -9,6 +9,13 @@ back from an unreadable newest checkpoint to the previous readable one, with one
 
 `save_checkpoint` writes one (policy, optimizer, predictor, RNG states, data position); `load_checkpoint` restores
 them into a run's parts and drops the metrics of the steps the resumed run redoes.
+
+Loading never runs code from a checkpoint: the ``.pt`` files are read with ``torch.load(weights_only=True)``,
+which rebuilds only tensors, containers and plain values, plus the numpy arrays and scalars the project saves
+(the convex predictors' heads, RNG states; `SAFE_NUMPY_GLOBALS`). A file whose pickle names anything else (a
+function to call, a class to build) is refused with `UnsafeCheckpointError` before any of it is loaded, also by
+`checkpoint_problem`, so that a resume, or merely checking a run folder from elsewhere, stops with one line instead
+of falling back to an older checkpoint.
 """
 
 from __future__ import annotations
@@ -21,12 +28,66 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trace_rl.errors import UserError
 from trace_rl.train.config import TrainConfig
 from trace_rl.train.rundir import json_default, read_metrics
 
 STATE_FILE = "state.json"
 TORCH_FILES = ("optimizer.pt", "predictor.pt", "rng.pt")
 KEEP_CHECKPOINTS = 2
+
+
+class UnsafeCheckpointError(UserError):
+    """A checkpoint file whose pickle would build or call something outside the weights-only allow-list."""
+
+
+def safe_numpy_globals() -> list[Any]:
+    """What ``torch.load(weights_only=True)`` may rebuild beyond its defaults: numpy arrays (``_reconstruct``,
+    ``ndarray``, ``dtype`` and the numeric and bool dtype classes) and numpy scalars, which the project's
+    predictor and RNG states hold. No callable that runs arbitrary code is in it."""
+    import numpy as np
+
+    try:
+        from numpy._core import multiarray
+    except ImportError:  # numpy < 2
+        from numpy.core import multiarray  # type: ignore[no-redef]
+    dtypes = {type(np.dtype(code)) for code in "?bhilqpBHILQPefdgFDG"}
+    return [multiarray._reconstruct, multiarray.scalar, np.ndarray, np.dtype, *sorted(dtypes, key=str)]
+
+
+def load_torch_file(path: Path, *, mmap: bool = False) -> Any:
+    """``torch.load`` of one checkpoint file on the CPU with ``weights_only=True`` and `safe_numpy_globals`.
+
+    Raises:
+        UnsafeCheckpointError: the pickle names a global outside the allow-list (nothing of it is loaded).
+        Other exceptions of torch.load for a damaged file (RuntimeError, EOFError, ...).
+    """
+    import pickle
+
+    import torch
+
+    allowed = safe_numpy_globals()
+    with torch.serialization.safe_globals(allowed):
+        try:
+            unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
+        except (ValueError, RuntimeError, OSError):
+            unsafe = []  # not a torch zip archive: torch.load below reports the damage
+        if unsafe:
+            raise UnsafeCheckpointError(_unsafe_message(path, sorted(unsafe)))
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        except pickle.UnpicklingError as exc:  # built dynamically, past the static scan above
+            if "weights_only" in str(exc) or "Weights only" in str(exc):
+                raise UnsafeCheckpointError(_unsafe_message(path, [])) from None
+            raise
+
+
+def _unsafe_message(path: Path, names: list[str]) -> str:
+    what = f" ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})" if names else ""
+    return (
+        f"{path}: refused: its pickle would build or call objects outside the weights-only allow-list{what}; "
+        "trace-rl never runs code from a checkpoint. Delete that checkpoint folder if you did not write it"
+    )
 
 
 def checkpoint_step(ckpt: Path) -> int:
@@ -42,8 +103,11 @@ def complete_checkpoints(out: str | Path) -> list[Path]:
 
 
 def checkpoint_problem(ckpt: Path) -> str | None:
-    """Why a complete checkpoint cannot be loaded (one short phrase naming the file), or None when it can."""
-    import torch
+    """Why a complete checkpoint cannot be loaded (one short phrase naming the file), or None when it can.
+
+    Raises:
+        UnsafeCheckpointError: a ``.pt`` file would run code when loaded (never a reason to fall back quietly).
+    """
     from safetensors import safe_open
 
     def state(path: Path) -> None:
@@ -51,7 +115,7 @@ def checkpoint_problem(ckpt: Path) -> str | None:
             raise ValueError("no step")
 
     def archive(path: Path) -> None:
-        torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        load_torch_file(path, mmap=True)
 
     def weights(path: Path) -> None:
         with safe_open(str(path), "pt") as handle:
@@ -67,6 +131,8 @@ def checkpoint_problem(ckpt: Path) -> str | None:
     for path, check in checks:
         try:
             check(path)
+        except UnsafeCheckpointError:
+            raise
         except Exception as exc:  # any failure to open means the resume would crash on this checkpoint
             detail = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
             return f"{path.relative_to(ckpt)}: {detail}"
@@ -187,11 +253,11 @@ def load_checkpoint(
     import torch
 
     state: dict[str, Any] = json.loads((ckpt / "state.json").read_text())
-    optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))
-    pred = torch.load(ckpt / "predictor.pt", weights_only=False)
+    # every file is read (weights only) before any part changes: a refused file leaves the run untouched
+    optim_state, pred, rng_state = (load_torch_file(ckpt / name) for name in TORCH_FILES)
+    optimizer.load_state_dict(optim_state)
     predictor.load_state_dict(pred["predictor"])
     online.load_state_dict(pred["online"])
-    rng_state = torch.load(ckpt / "rng.pt", weights_only=False)
     torch.set_rng_state(rng_state["torch"])
     random.setstate(rng_state["python"])
     rng.bit_generator.state = state["numpy_rng"]
@@ -215,6 +281,7 @@ def _skip_warning(skipped: list[tuple[Path, str]], then: str) -> str:
 
 __all__ = [
     "KEEP_CHECKPOINTS",
+    "UnsafeCheckpointError",
     "checkpoint_problem",
     "checkpoint_step",
     "complete_checkpoints",
@@ -222,6 +289,8 @@ __all__ = [
     "finished_run",
     "latest_checkpoint",
     "load_checkpoint",
+    "load_torch_file",
     "resumable_checkpoint",
+    "safe_numpy_globals",
     "save_checkpoint",
 ]

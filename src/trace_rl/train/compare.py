@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from trace_rl.errors import UserError
 from trace_rl.lab.stats import mean_ci
 from trace_rl.metrics.curves import (
     MATCHED_KEYS,
@@ -339,7 +340,7 @@ def check_seeds(seeds: Iterable[int]) -> list[int]:
     """
     out = list(seeds)
     if not out or len(set(out)) != len(out) or min(out) < 0:
-        raise ValueError(f"seeds must be distinct and >= 0 (at least one), got {out}")
+        raise UserError(f"seeds must be distinct and >= 0 (at least one), got {out}")
     return out
 
 
@@ -352,7 +353,7 @@ def parse_seeds(text: str) -> list[int]:
     try:
         seeds = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise ValueError(f"expected comma-separated seeds such as 4 or 0,1, got {text!r}") from None
+        raise UserError(f"expected comma-separated seeds such as 4 or 0,1, got {text!r}") from None
     return check_seeds(seeds)
 
 
@@ -385,7 +386,7 @@ def plan_runs(
     """
     seeds = check_seeds(seeds)
     if jobs < 1:
-        raise ValueError(f"jobs must be >= 1, got {jobs}")
+        raise UserError(f"jobs must be >= 1, got {jobs}")
     labels = [label for label, _, _ in variants]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"--methods names a label twice: {', '.join(labels)}")
@@ -402,7 +403,7 @@ def plan_runs(
             "the others (e.g. budget.roots=32;budget.continuations=6 against 64 x 2)"
         )
     if root.exists() and not root.is_dir():
-        raise ValueError(f"{root} is a file, not a comparison folder")
+        raise UserError(f"{root} is a file, not a comparison folder")
     root.mkdir(parents=True, exist_ok=True)
     base = warm_start_once(cfg, root, log)
     if jobs > 1 and base.threads == 0:
@@ -426,7 +427,7 @@ def run_plan(
     included) the queued runs are dropped and the running ones stopped, and a rerun resumes them.
     """
     if jobs < 1:
-        raise ValueError(f"jobs must be >= 1, got {jobs}")
+        raise UserError(f"jobs must be >= 1, got {jobs}")
     summaries: dict[tuple[str, int], dict[str, Any]] = {}
     if jobs == 1:
         for method, seed, run_cfg, run_dir in plan:

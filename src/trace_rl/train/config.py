@@ -164,6 +164,9 @@ class OptimSection:
 
     Attributes:
         lr: AdamW learning rate of the policy (betas 0.9, 0.95).
+        weight_decay: AdamW's decoupled weight decay of the RL policy update. The default 0.01 is torch's AdamW
+            default, which every run before this key existed used implicitly (results stay comparable); the
+            supervised warm start uses 0 (`trace_rl.policy.sft.SFTConfig`). verl's actor default is 0.01 too.
         clip: PPO ratio clip epsilon in (0, 1): the surrogate clips exp(logp - old_logp) to [1 - clip, 1 + clip].
         kl_coef: weight of the k3 KL penalty toward a reference policy (`trace_rl.advantages.losses.kl_k3`):
             a frozen copy of the policy RL starts from (after the warm start); logged as update_ref_kl; 0 = none.
@@ -200,6 +203,7 @@ class OptimSection:
     minibatches: int = 1
     zero_advantage_rows: str = "count"
     loss_scale_tokens: int = 0
+    weight_decay: float = 0.01
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,14 @@
-"""Checks of a built config: value ranges and combinations (`validate`), and what a config resolves to
-(`budget_shape`, `estimator_for`). Every failure is a `ConfigError` naming the first bad key in one line."""
+"""Checks of a built config: value ranges (`RANGES`, the one table of every numeric key's accepted values, shown
+in docs/config.md) and combinations (`validate`), and what a config resolves to (`budget_shape`,
+`estimator_for`). Every failure is a `ConfigError` naming the first bad key and what it accepts in one line."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
+import typing
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trace_rl.train.config_parse import ConfigError
@@ -13,8 +17,167 @@ if TYPE_CHECKING:
     from trace_rl.train.config import TrainConfig
 
 
+@dataclass(frozen=True)
+class Range:
+    """The accepted values of one numeric key: an interval with optional bounds; floats must also be finite.
+
+    Attributes:
+        lo: lower bound (None: none).
+        hi: upper bound (None: none).
+        lo_open: the lower bound itself is refused (``> lo`` instead of ``>= lo``).
+        hi_open: the upper bound itself is refused.
+        note: what special values mean, e.g. "0 disables evaluation" (shown in the error and the docs).
+    """
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    note: str = ""
+
+    def contains(self, x: float) -> bool:
+        """Whether ``x`` is finite and inside the interval."""
+        if not math.isfinite(x):
+            return False
+        if self.lo is not None and (x <= self.lo if self.lo_open else x < self.lo):
+            return False
+        return not (self.hi is not None and (x >= self.hi if self.hi_open else x > self.hi))
+
+    def text(self) -> str:
+        """The interval as docs/config.md shows it: ``>= 1``, ``> 0``, ``(0, 1]``, ``[0, 2147483648)``."""
+        lo, hi = _num(self.lo), _num(self.hi)
+        if self.lo is not None and self.hi is not None:
+            return f"{'(' if self.lo_open else '['}{lo}, {hi}{')' if self.hi_open else ']'}"
+        if self.lo is not None:
+            return f"{'>' if self.lo_open else '>='} {lo}"
+        if self.hi is not None:
+            return f"{'<' if self.hi_open else '<='} {hi}"
+        return "any finite number"
+
+    def requirement(self) -> str:
+        """The error's wording: ``must be at least 1``, ``must be >= 0``, ``must be > 0``, ``must lie in (0, 1]``."""
+        if self.lo is not None and self.hi is None and not self.lo_open and self.lo != 0:
+            what = f"must be at least {_num(self.lo)}"
+        elif self.lo is not None and self.hi is not None:
+            what = f"must lie in {self.text()}"
+        else:
+            what = f"must be {self.text()}"
+        return f"{what} ({self.note})" if self.note else what
+
+
+def _num(x: float | None) -> str:
+    return "" if x is None else f"{x:g}" if isinstance(x, float) else str(x)
+
+
+_SEED = Range(0, 2**31, hi_open=True)  # room for the offsets added to it (np.random.seed takes < 2**32)
+_POSITIVE = Range(0, lo_open=True)
+_NON_NEGATIVE = Range(0)
+_AT_LEAST_1 = Range(1)
+_UNIT = Range(0, 1)
+
+RANGES: dict[str, Range] = {
+    "steps": _AT_LEAST_1,
+    "total_budget": Range(0, note="0: the run ends after `steps` steps"),
+    "seed": _SEED,
+    "eval_every": Range(0, note="0 disables evaluation"),
+    "checkpoint_every": _AT_LEAST_1,
+    "threads": Range(0, note="0 = min(cores, 4)"),
+    "env.max_turns": _AT_LEAST_1,
+    "env.pool_size": _AT_LEAST_1,
+    "env.train_limit": Range(1, note="or none for every task"),
+    "env.eval_tasks": Range(0, note="0 disables evaluation"),
+    "env.eval_temperature": Range(0, note="0 = greedy"),
+    "env.eval_samples": _AT_LEAST_1,
+    "env.data_seed": _SEED,
+    "policy.sft_steps": Range(0, note="0 = no warm start"),
+    "policy.sft_lr": _POSITIVE,
+    "policy.sft_batch": _AT_LEAST_1,
+    "policy.sft_evals": Range(1, note="the last evaluation checks the jump"),
+    "policy.sft_stop_success": Range(0, 1, note="0 = no stop rule"),
+    "policy.sft_stop_mixed": _UNIT,
+    "policy.sft_min_steps": _NON_NEGATIVE,
+    "policy.sft_eval_every": _AT_LEAST_1,
+    "policy.sft_probe_prompts": _AT_LEAST_1,
+    "sampling.max_new_tokens": _AT_LEAST_1,
+    "sampling.temperature": Range(0, lo_open=True, note="RL samples"),
+    "sampling.top_p": Range(0, 1, lo_open=True),
+    "sampling.max_concurrency": _AT_LEAST_1,
+    "budget.roots": _AT_LEAST_1,
+    "budget.continuations": Range(0, note="0 = no replays"),
+    "budget.group_size": Range(2, note="a group of one has no contrast"),
+    "budget.replay_cost": Range(0, 1, lo_open=True),
+    "budget.min_rollouts": Range(2, note="a group of one has no contrast"),
+    "budget.max_rollouts": Range(2, note="or none for no cap"),
+    "budget.max_num_gen_batches": Range(0, note="0 = the pool's limit"),
+    "budget.sibling_weight": _NON_NEGATIVE,
+    "optim.lr": _POSITIVE,
+    "optim.clip": Range(0, 1, lo_open=True, hi_open=True),
+    "optim.kl_coef": Range(0, note="0 = no KL penalty"),
+    "optim.epochs": _AT_LEAST_1,
+    "optim.minibatch": Range(0, note="0 = use optim.minibatches"),
+    "optim.max_grad_norm": Range(0, lo_open=True, note="a clip of 0 or less zeroes or flips the gradient"),
+    "optim.micro_tokens": Range(0, note="0 = one forward pass per minibatch"),
+    "optim.minibatches": Range(0, note="0 = use optim.minibatch"),
+    "optim.loss_scale_tokens": Range(0, note="0 = sampling.max_new_tokens x env.max_turns"),
+    "optim.weight_decay": _NON_NEGATIVE,
+    "predictor.prefix_share": _UNIT,
+    "predictor.buffer_steps": _AT_LEAST_1,
+    "predictor.updates": Range(0, note="0 = the predictor never trains"),
+    "predictor.batch_size": _AT_LEAST_1,
+    "predictor.lr": _POSITIVE,
+    "predictor.history_window": Range(0, note="0 = keep every outcome"),
+    "predictor.history_decay": Range(0, 1, lo_open=True),
+    "backend.replicas": _AT_LEAST_1,
+    "backend.max_in_flight": _AT_LEAST_1,
+    "backend.threads": _AT_LEAST_1,
+    "backend.nice": Range(0, 19, note="niceness only lowers priority"),
+    "backend.kv_cache_gib": Range(1, note="whole GiB"),
+}
+"""Every int and float key of `TrainConfig` (``section.key``) and the values it accepts; `check_ranges` applies
+it, docs/config.md shows it, and a numeric key missing here fails `numeric_keys`' check and the docs' generation."""
+
+
+def numeric_keys(cls: type, prefix: str = "") -> list[str]:
+    """The ``section.key`` names of every int or float field (optional or not) of the config class ``cls``."""
+    out: list[str] = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            out += numeric_keys(hint, f"{prefix}{f.name}.")  # type: ignore[arg-type]
+            continue
+        args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+        if args[0] in (int, float):
+            out.append(f"{prefix}{f.name}")
+    return out
+
+
+def check_ranges(cfg: Any) -> None:
+    """Raise ConfigError for the first numeric key of ``cfg`` outside its `RANGES` entry (None passes for
+    optional keys), naming the key, the accepted range and the value; a numeric key without an entry is a bug
+    (RuntimeError)."""
+    for key in numeric_keys(type(cfg)):
+        if key not in RANGES:
+            raise RuntimeError(
+                f"{key}: numeric config key without an entry in trace_rl.train.config_check.RANGES"
+            )
+        value: Any = cfg
+        for part in key.split("."):
+            value = getattr(value, part)
+        if value is None:
+            continue
+        r = RANGES[key]
+        if r.contains(float(value)):
+            continue
+        if math.isfinite(float(value)):
+            raise ConfigError(f"{key}: {r.requirement()}, got {value!r}")
+        where = f"in {r.text()}" if r.lo is not None and r.hi is not None else r.text()
+        note = f" ({r.note})" if r.note else ""
+        raise ConfigError(f"{key}: must be a finite number {where}{note}, got {value!r}")
+
+
 def validate(cfg: TrainConfig) -> None:
-    """Check value ranges and combinations; raise ConfigError naming the first bad key."""
+    """Check value ranges (`RANGES`) and combinations; raise ConfigError naming the first bad key."""
     from trace_rl.allocation import METHODS
     from trace_rl.predictor.convex import CONVEX_NAMES
 
@@ -22,50 +185,22 @@ def validate(cfg: TrainConfig) -> None:
         if not ok:
             raise ConfigError(f"{key}: {why}")
 
+    check_ranges(cfg)
     need(cfg.method in METHODS, "method", f"unknown method {cfg.method!r} (known: {', '.join(METHODS)})")
-    need(cfg.steps >= 1, "steps", "must be at least 1")
-    need(cfg.eval_every >= 0, "eval_every", "must be >= 0 (0 disables evaluation)")
-    need(cfg.threads >= 0, "threads", "must be >= 0 (0 = min(cores, 4))")
     need(
         cfg.device in ("auto", "cpu") or re.fullmatch(r"cuda(:\d+)?", cfg.device) is not None,
         "device",
         f"must be auto, cpu, cuda or cuda:N, got {cfg.device!r}",
     )
-    need(cfg.checkpoint_every >= 1, "checkpoint_every", "must be at least 1")
     from trace_rl.envs import env_problem
 
     env_error = env_problem(cfg.env.name, gold=cfg.policy.sft_steps > 0)
     need(env_error is None, "env.name", str(env_error))
-    need(cfg.env.max_turns >= 1, "env.max_turns", "must be at least 1")
-    need(cfg.env.eval_tasks >= 0, "env.eval_tasks", "must be >= 0")
-    need(0 <= cfg.env.data_seed < 2**31, "env.data_seed", "must lie in [0, 2**31)")
-    need(
-        math.isfinite(cfg.env.eval_temperature) and cfg.env.eval_temperature >= 0,
-        "env.eval_temperature",
-        "must be finite and >= 0 (0 = greedy)",
-    )
-    need(cfg.env.eval_samples >= 1, "env.eval_samples", "must be >= 1")
     need(
         cfg.env.eval_temperature > 0 or cfg.env.eval_samples == 1,
         "env.eval_samples",
         "must be 1 when env.eval_temperature is 0 (greedy samples are identical)",
     )
-    need(cfg.policy.sft_steps >= 0, "policy.sft_steps", "must be >= 0")
-    need(cfg.policy.sft_evals >= 1, "policy.sft_evals", "must be >= 1 (the last evaluation checks the jump)")
-    need(cfg.policy.sft_batch >= 1, "policy.sft_batch", "must be at least 1")
-    need(
-        0 <= cfg.policy.sft_stop_success <= 1,
-        "policy.sft_stop_success",
-        "must lie in [0, 1] (0 = no stop rule)",
-    )
-    need(0 <= cfg.policy.sft_stop_mixed <= 1, "policy.sft_stop_mixed", "must lie in [0, 1]")
-    need(cfg.policy.sft_min_steps >= 0, "policy.sft_min_steps", "must be >= 0")
-    need(cfg.policy.sft_eval_every >= 1, "policy.sft_eval_every", "must be at least 1")
-    need(cfg.policy.sft_probe_prompts >= 1, "policy.sft_probe_prompts", "must be at least 1")
-    need(cfg.sampling.max_new_tokens >= 1, "sampling.max_new_tokens", "must be at least 1")
-    need(cfg.sampling.temperature > 0, "sampling.temperature", "must be > 0 for RL sampling")
-    need(0 < cfg.sampling.top_p <= 1, "sampling.top_p", "must lie in (0, 1]")
-    need(cfg.sampling.max_concurrency >= 1, "sampling.max_concurrency", "must be at least 1")
     need(
         cfg.budget.accounting in ("paper", "token"),
         "budget.accounting",
@@ -96,11 +231,6 @@ def validate(cfg: TrainConfig) -> None:
         "budget.state_evidence",
         f"values the anchors of allocate_prefixes, which method {cfg.method} does not use "
         f"(methods that do: {', '.join(m for m in METHODS if _uses_allocate_prefixes(m))})",
-    )
-    need(
-        math.isfinite(cfg.budget.sibling_weight) and cfg.budget.sibling_weight >= 0,
-        "budget.sibling_weight",
-        f"must be finite and >= 0, got {cfg.budget.sibling_weight!r}",
     )
     need(
         cfg.budget.prefix_objective == "contrast" or cfg.budget.sibling_weight == SIBLING_WEIGHT,
@@ -160,34 +290,12 @@ def validate(cfg: TrainConfig) -> None:
         "optim.loss_scale_tokens",
         "only seq-mean-token-sum-norm uses a constant length normaliser; leave it 0",
     )
-    need(cfg.optim.loss_scale_tokens >= 0, "optim.loss_scale_tokens", "must be >= 0")
     need(
         (cfg.optim.minibatches > 0) != (cfg.optim.minibatch > 0),
         "optim.minibatches",
         "set exactly one of optim.minibatches (optimizer steps per RL step, equal for every method) and "
         "optim.minibatch (paths per step); set the other to 0",
     )
-    need(cfg.total_budget >= 0, "total_budget", "must be >= 0 (0: the run ends after `steps` steps)")
-    need(
-        cfg.budget.max_num_gen_batches >= 0,
-        "budget.max_num_gen_batches",
-        "must be >= 0 (0 = the pool's limit)",
-    )
-    need(cfg.optim.lr > 0, "optim.lr", "must be > 0")
-    need(0 < cfg.optim.clip < 1, "optim.clip", "must lie in (0, 1)")
-    need(cfg.optim.kl_coef >= 0, "optim.kl_coef", "must be >= 0")
-    need(cfg.optim.epochs >= 1, "optim.epochs", "must be at least 1")
-    need(cfg.optim.minibatch >= 0 and cfg.optim.minibatches >= 0, "optim.minibatch", "must be >= 0")
-    need(
-        cfg.optim.micro_tokens >= 0, "optim.micro_tokens", "must be >= 0 (0 = one forward pass per minibatch)"
-    )
-    need(0 <= cfg.predictor.prefix_share <= 1, "predictor.prefix_share", "must lie in [0, 1]")
-    need(cfg.predictor.buffer_steps >= 1, "predictor.buffer_steps", "must be at least 1")
-    need(cfg.predictor.updates >= 0, "predictor.updates", "must be >= 0")
-    need(
-        cfg.predictor.history_window >= 0, "predictor.history_window", "must be >= 0 (0 = keep every outcome)"
-    )
-    need(0 < cfg.predictor.history_decay <= 1, "predictor.history_decay", "must lie in (0, 1]")
     defaults = type(cfg.predictor)()  # the section's defaults (no import back into trace_rl.train.config)
     need(
         cfg.predictor.name in CONVEX_NAMES
@@ -210,14 +318,11 @@ def validate(cfg: TrainConfig) -> None:
         "must list the running SGLang servers with backend.kind=sglang (e.g. http://host:30000,http://host:30001):"
         " trace-rl launches only vLLM servers",
     )
-    need(cfg.backend.replicas >= 1, "backend.replicas", "must be at least 1")
-    need(cfg.backend.max_in_flight >= 1, "backend.max_in_flight", "must be at least 1")
     need(
         cfg.backend.dtype in ("float32", "bfloat16"),
         "backend.dtype",
         f"must be float32 or bfloat16, got {cfg.backend.dtype!r}",
     )
-    need(cfg.backend.kv_cache_gib >= 1, "backend.kv_cache_gib", "must be at least 1 (whole GiB)")
     # settings that cannot take effect in this configuration are errors (never silently ignored)
     need(
         cfg.method == "dapo" or cfg.budget.max_num_gen_batches == 0,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trace_rl.train.config import PRESET_DIR, TrainConfig, preset_names
+from trace_rl.train.config_check import RANGES, Range, numeric_keys
 
 
 class ConfigDocError(ValueError):
@@ -28,12 +29,14 @@ class ConfigDocError(ValueError):
 
 @dataclass(frozen=True)
 class KeyDoc:
-    """One config key: ``section.name`` (or ``name`` at the top level), its type, default (JSON) and meaning."""
+    """One config key: ``section.name`` (or ``name`` at the top level), its type, default (JSON), meaning, and for
+    a numeric key its accepted values (`trace_rl.train.config_check.RANGES`; "" for the others)."""
 
     key: str
     type: str
     default: str
     meaning: str
+    range: str = ""
 
 
 _ENTRY = re.compile(r"^    (\w+): (.*)$")
@@ -90,13 +93,33 @@ def section_docs(cls: type, prefix: str = "") -> list[KeyDoc]:
         raise ConfigDocError(
             f"{cls.__name__}: its Attributes block names {', '.join(stale)}, which are not fields"
         )
+    numeric = set(numeric_keys(cls, prefix))
+    unranged = sorted(k for k in numeric if k not in RANGES)
+    if unranged and cls.__module__ == TrainConfig.__module__:
+        raise ConfigDocError(
+            f"{cls.__name__}: no accepted range for {', '.join(unranged)}: add it to "
+            "trace_rl.train.config_check.RANGES"
+        )
     rows = [
-        KeyDoc(f"{prefix}{f.name}", str(f.type), json.dumps(_default(f)), meanings[f.name]) for f in plain
+        KeyDoc(
+            f"{prefix}{f.name}",
+            str(f.type),
+            json.dumps(_default(f)),
+            meanings[f.name],
+            _range_cell(RANGES.get(f"{prefix}{f.name}")),
+        )
+        for f in plain
     ]
     for f in fields:
         if _is_section(f):
             rows.extend(section_docs(type(_default(f)), f"{prefix}{f.name}."))
     return rows
+
+
+def _range_cell(r: Range | None) -> str:
+    if r is None:
+        return ""
+    return f"{r.text()}; {r.note}" if r.note else r.text()
 
 
 def _is_section(f: dataclasses.Field[Any]) -> bool:
@@ -131,7 +154,9 @@ def config_reference() -> str:
         "YAML file (`--config FILE`), (3) `--set section.key=value` overrides (`--method`, `--steps`, `--seed` are",
         "short for `--set method=...` and so on). A file or preset holds only the keys it changes, nested by section",
         "(`budget: {roots: 64}`). An unknown key, a wrong type or an impossible combination is one error line naming",
-        "the key, e.g. `budget.rootz: unknown key (known: ...)`; `trace-rl train` exits with status 2. A setting",
+        "the key, e.g. `budget.rootz: unknown key (known: ...)`; `trace-rl train` exits with status 2. Every",
+        "number must be finite and inside the range its row's *accepted* column gives (integers also whole and",
+        "below 2**63 in size): `optim.max_grad_norm=0`, `optim.lr=inf` or `steps=nan` is such an error. A setting",
         "that cannot take effect in its config is such an error too, never silently ignored: `backend.replicas`,",
         "`threads`, `dtype`, `nice` or `kv_cache_gib` unless trace-rl launches the vLLM servers, `backend.urls` or",
         "`max_in_flight` with the local engine, `predictor.updates`, `batch_size`, `lr`, `prefix_share` or",
@@ -163,9 +188,10 @@ def config_reference() -> str:
         out += ["", f"## {title}", ""]
         if doc:
             out += [doc.splitlines()[0], ""]
-        out += ["| key | type | default | meaning |", "|---|---|---|---|"]
+        out += ["| key | type | default | accepted | meaning |", "|---|---|---|---|---|"]
         out += [
-            f"| `{k.key}` | `{_cell(k.type)}` | `{_cell(k.default)}` | {_cell(k.meaning)} |" for k in keys
+            f"| `{k.key}` | `{_cell(k.type)}` | `{_cell(k.default)}` | {_cell(k.range)} | {_cell(k.meaning)} |"
+            for k in keys
         ]
     return "\n".join(out) + "\n"
 

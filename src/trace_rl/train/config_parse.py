@@ -7,13 +7,17 @@ are sections); anything else raises `ConfigError` with one line naming the key.
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import types
 import typing
 from pathlib import Path
 from typing import Any
 
+from trace_rl.errors import UserError
 
-class ConfigError(ValueError):
+
+class ConfigError(UserError):
     """An invalid config: the message names the key and the problem in one line."""
 
 
@@ -36,22 +40,17 @@ def coerce(value: Any, hint: Any, key: str) -> Any:
             return value.lower() in ("true", "1", "yes")
         raise ConfigError(f"{key}: expected true or false, got {value!r}")
     if hint is int:
-        if isinstance(value, bool):
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
-        try:
-            f = float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
-        if f != int(f):
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
-        return int(f)
+        return _integer(value, key)
     if hint is float:
         if isinstance(value, bool):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
         try:
-            return float(value)
-        except (TypeError, ValueError):
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"{key}: expected a number, got {value!r}") from None
+        if not math.isfinite(number):
+            raise ConfigError(f"{key}: expected a finite number{_accepts(key)}, got {value!r}")
+        return number
     if hint is str:
         if not isinstance(value, str | int | float):
             raise ConfigError(f"{key}: expected a string, got {value!r}")
@@ -61,6 +60,42 @@ def coerce(value: Any, hint: Any, key: str) -> Any:
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
         return dict(value)
     return value
+
+
+INT_LIMIT = 2**63
+"""Integers must lie in (-2**63, 2**63): the range torch and numpy index with (`_integer`)."""
+
+
+def _accepts(key: str) -> str:
+    """`` (accepted: >= 1)`` for a key with a range in `trace_rl.train.config_check.RANGES`, else ``""``."""
+    from trace_rl.train.config_check import RANGES  # lazy: config_check imports ConfigError from here
+
+    r = RANGES.get(key)
+    return f" (accepted: {r.text()}{'; ' + r.note if r.note else ''})" if r is not None else ""
+
+
+def _integer(value: Any, key: str) -> int:
+    """``value`` as an int: an int, or a string or float holding a whole finite number below `INT_LIMIT` in size
+    (``"3"``, ``3.0``, ``"1e3"``); anything else (inf, nan, ``1e400``, ``2.5``, a bool) is a ConfigError."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+        number = int(value)  # exact, however long (no float rounding)
+    else:
+        try:
+            f = float(value)
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
+        if not math.isfinite(f) or f != int(f):
+            raise ConfigError(f"{key}: expected a whole finite number{_accepts(key)}, got {value!r}")
+        number = int(f)
+    if abs(number) >= INT_LIMIT:
+        raise ConfigError(
+            f"{key}: expected an integer of magnitude below 2**63{_accepts(key)}, got {value!r}"
+        )
+    return number
 
 
 def build(cls: type, data: dict[str, Any], prefix: str) -> Any:

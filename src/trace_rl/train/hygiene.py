@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from trace_rl.errors import DataError
 from trace_rl.types import Task
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ def disjoint_tasks(
     held_texts = {normalize_prompt(t.prompt) for t in held_out}
     rl_pool = tuple(t for t in train if normalize_prompt(t.prompt) not in held_texts)
     if len(rl_pool) < min_rl:
-        raise ValueError(
+        raise DataError(
             f"the RL pool keeps {len(rl_pool)} of {len(train)} training tasks after removing the "
             f"{len(train) - len(rl_pool)} whose prompt is a held-out prompt; at least {min_rl} are needed"
         )
@@ -103,7 +104,7 @@ def disjoint_tasks(
     dropped_sft = len(sft) - len(kept_sft)
     kept_sft = kept_sft[:sft_limit]
     if len(kept_sft) < min_sft:
-        raise ValueError(
+        raise DataError(
             f"the warm start keeps {len(kept_sft)} of {len(sft)} tasks after removing the "
             f"{dropped_sft} whose prompt is a held-out or RL-pool prompt; at least {min_sft} are needed"
         )
@@ -153,7 +154,7 @@ def run_tasks(cfg: TrainConfig) -> TaskSplits:
             held_out, train, sft, min_rl=env.pool_size, min_sft=min_sft, sft_limit=env.train_limit
         )
     except ValueError as exc:
-        raise ValueError(
+        raise DataError(
             f"{exc} (env.pool_size={env.pool_size}, policy.sft_batch={pol.sft_batch}, "
             f"policy.sft_probe_prompts={pol.sft_probe_prompts}); for a finite data set lower env.train_limit to "
             "leave training tasks for the warm start, or change env.eval_tasks / env.train_limit"

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from trace_rl.errors import UserError
 from trace_rl.train.checkpoint import (
     KEEP_CHECKPOINTS,
     latest_checkpoint,
@@ -24,7 +25,7 @@ from trace_rl.train.checkpoint import (
     resumable_checkpoint,
     save_checkpoint,
 )
-from trace_rl.train.config import TrainConfig, budget_shape
+from trace_rl.train.config import ConfigError, TrainConfig, budget_shape
 from trace_rl.train.data import DataCursor, TimedEnvFactory
 from trace_rl.train.evaluation import evaluate_held_out
 from trace_rl.train.provenance import PROVENANCE_KEY, run_provenance
@@ -122,7 +123,12 @@ class Trainer:
             top_p=cfg.sampling.top_p,
             seed=cfg.seed,
         )
-        self.optimizer = torch.optim.AdamW(self.policy.model.parameters(), lr=cfg.optim.lr, betas=(0.9, 0.95))
+        self.optimizer = torch.optim.AdamW(
+            self.policy.model.parameters(),
+            lr=cfg.optim.lr,
+            betas=(0.9, 0.95),
+            weight_decay=cfg.optim.weight_decay,
+        )
         history = (  # the convex predictors' outcome window (config validation rejects it for the others)
             {
                 "history_window": cfg.predictor.history_window or None,
@@ -428,7 +434,7 @@ def policy_device(cfg: TrainConfig) -> str:
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         index = int(cfg.device.partition(":")[2] or 0)
         if index >= count:
-            raise ValueError(
+            raise ConfigError(
                 f"device={cfg.device!r} but torch sees {count} CUDA device(s); use device=auto or cpu"
             )
     return cfg.device
@@ -465,13 +471,13 @@ def train(
         if policy.exists() and any(
             policy.resolve().is_relative_to((root / d).resolve()) for d in (*RUN_DIRS, *RUN_FILES)
         ):
-            raise ValueError(
+            raise UserError(
                 f"--overwrite would delete policy.name={cfg.policy.name}, which lies in the run being replaced; "
                 "copy it out of the folder first"
             )
         clear_run(root)
     elif not resume and ((root / "metrics.jsonl").exists() or (root / "checkpoints").exists()):
-        raise ValueError(
+        raise UserError(
             f"{root} already holds a run; continue it with --resume {root}, choose another --out, "
             "or pass --overwrite to replace it"
         )

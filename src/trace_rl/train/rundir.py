@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from trace_rl.errors import UserError
 from trace_rl.train.config import TrainConfig, config_from_dict
 from trace_rl.train.provenance import config_dict
 
@@ -113,7 +114,7 @@ def resume_config(out: str | Path) -> TrainConfig:
     """The config a run in ``out`` was started with (for --resume)."""
     path = Path(out) / "config.json"
     if not path.exists():
-        raise ValueError(f"{out} holds no config.json: not a trace-rl run folder")
+        raise UserError(f"{out} holds no config.json: not a trace-rl run folder")
     return config_from_dict(config_dict(json.loads(path.read_text())))
 
 
@@ -132,7 +133,7 @@ comparison resumed with another ``--jobs`` gives its runs another ``threads``)."
 
 
 def check_same_config(cfg: TrainConfig, out: str | Path) -> None:
-    """Raise ValueError when ``out`` holds a run (config.json) started with a different config than ``cfg``
+    """Raise UserError (a ValueError) when ``out`` holds a run (config.json) started with a different config than ``cfg``
     (`RUNTIME_KEYS` aside; the provenance block is not part of the config)."""
     path = Path(out) / "config.json"
     if not path.exists():
@@ -140,7 +141,7 @@ def check_same_config(cfg: TrainConfig, out: str | Path) -> None:
     saved = config_from_dict(config_dict(json.loads(path.read_text())))
     runtime = {key: getattr(cfg, key) for key in RUNTIME_KEYS}
     if replace(saved, **runtime) != cfg:
-        raise ValueError(
+        raise UserError(
             f"{out} holds a run with a different config; use another --out (or delete that run) to start afresh"
         )
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_rl.rollout.pool import ReplicaPool, backend_metrics
-from trace_rl.train.config import TrainConfig
+from trace_rl.train.config import ConfigError, TrainConfig
 
 SERVED_DIR = "served"
 SERVERS_FILE = "servers.json"
@@ -103,7 +103,7 @@ def open_backend(cfg: TrainConfig, policy: Any, out: Path, log: Callable[[str], 
 
     urls = [u.strip() for u in b.urls.split(",") if u.strip()]
     if b.kind == "sglang" and not urls:
-        raise ValueError(
+        raise ConfigError(
             "backend.kind=sglang needs backend.urls (the running SGLang servers): trace-rl launches only vLLM"
         )
     client = SGLangBackend if b.kind == "sglang" else VLLMBackend

@@ -27,13 +27,14 @@ from typing import Any
 
 import numpy as np
 
+from trace_rl.errors import UserError
 from trace_rl.train.config import TrainConfig
 from trace_rl.train.provenance import write_manifest
 
 PROBE_FILE = "probe_outcomes.json"
 
 
-class WarmStartError(ValueError):
+class WarmStartError(UserError):
     """The configured warm start did not reach any success on its probe prompts: RL would get no signal.
 
     A ValueError because the fix is a config value (more ``policy.sft_steps``, or ``policy.require_jump: false``);

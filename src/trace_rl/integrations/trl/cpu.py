@@ -92,14 +92,17 @@ def register_sdpa_tree_attention() -> None:
     """Register `sdpa_tree_attention` under TRL's tree-attention name (``"tree_fa3"`` in TRL 1.16).
 
     Raises:
-        ImportError: TRL's AsyncGRPO packing module is missing (TRL not installed, or a release without it).
+        UnsupportedVersionError (`trace_rl.integrations.trl.compat`): TRL is missing, outside the supported
+            releases, or has no tree-attention name.
     """
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
-    from trl.experimental.async_grpo.packing import TREE_ATTENTION
 
-    AttentionInterface.register(TREE_ATTENTION, sdpa_tree_attention)
-    AttentionMaskInterface.register(TREE_ATTENTION, lambda **kwargs: None)
+    from trace_rl.integrations.trl.compat import tree_attention_name
+
+    name = tree_attention_name()
+    AttentionInterface.register(name, sdpa_tree_attention)
+    AttentionMaskInterface.register(name, lambda **kwargs: None)
 
 
 def enable_cpu_async_grpo() -> None:
@@ -109,16 +112,14 @@ def enable_cpu_async_grpo() -> None:
     registers `sdpa_tree_attention` under TRL's name) and ``get_peak_flops_per_device`` (None off CUDA).
 
     Raises:
-        ImportError: a TRL without those names (another release: check the adapter's pin, TRL_VERSION).
+        UnsupportedVersionError (`trace_rl.integrations.trl.compat`, a RuntimeError): a TRL outside the supported
+            releases or without those names (the message names the supported and tested releases).
     """
     import torch
-    from trl.experimental.async_grpo import async_grpo_trainer as trainer_module
 
-    for name in ("register_tree_attention", "get_peak_flops_per_device"):
-        if not hasattr(trainer_module, name):
-            raise ImportError(
-                f"trl.experimental.async_grpo.async_grpo_trainer has no {name}: unsupported TRL release"
-            )
+    from trace_rl.integrations.trl.compat import require_trainer_names
+
+    trainer_module: Any = require_trainer_names("register_tree_attention", "get_peak_flops_per_device")
     original = getattr(trainer_module, "_trace_rl_peak_flops", trainer_module.get_peak_flops_per_device)
 
     def peak_flops(accelerator: Any, dtype: str) -> float | None:

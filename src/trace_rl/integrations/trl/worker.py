@@ -280,7 +280,9 @@ class TraceRolloutWorker:
             self._error_tb = traceback.format_exc()
 
     def _publish(self, step: int, version: int, record: dict[str, Any], results: list[Any]) -> None:
-        from trl.experimental.async_grpo.async_rollout_worker import RolloutSample
+        from trace_rl.integrations.trl.compat import rollout_sample_class
+
+        RolloutSample = rollout_sample_class()
 
         samples: list[Any] = []
         pushed: list[tuple[int, int, float]] = []

@@ -13,41 +13,41 @@ Pieces (verl 0.9.1 seams in brackets):
 - `estimators` [``register_adv_est``]: ``trace_treerpo``, ``trace_tree_grpo``.
 - `server.ExternalVLLMServer`: a verl server actor in front of a vLLM HTTP server (CPU tests, external servers).
 
-`layout` and `config` are pure; importing this package itself imports nothing from verl. Load everything
-into verl with ``VERL_USE_EXTERNAL_MODULES=trace_rl.integrations.verl.register``.
+`compat` is the version seam: the one module that imports verl's (and TransferQueue's) names, after checking
+verl's version against `VERL_RANGE`. `layout` and `config` are pure; importing this package itself imports nothing
+from verl. Load everything into verl with ``VERL_USE_EXTERNAL_MODULES=trace_rl.integrations.verl.register``.
 """
 
-import logging
-import re
+from trace_rl.integrations.versions import UnsupportedVersionError, VersionRange, release
 
 VERL_VERSION = "0.9.1"  # the verl release this adapter is written and tested against (Makefile VERL_PIN)
+VERL_RANGE = VersionRange(
+    "verl",
+    minimum=(0, 9, 1),
+    below=(1, 0, 0),
+    tested=VERL_VERSION,
+    why_minimum="0.9.0 never calls prepare_step, so root allocation would silently not run, and has no per-row "
+    "__rollout_n__",
+)
+"""The verl releases the adapter supports (0.9.1 up to 1.0, newer ones with a warning) and the tested one;
+checked by `trace_rl.integrations.verl.compat`, the one module that imports verl's names."""
 
 
 def check_verl_version(version: str) -> None:
     """Refuse a verl older than `VERL_VERSION` (0.9.0 never calls ``prepare_step``, so root allocation would
-    silently not run, and has no per-row ``__rollout_n__``); log a warning for a newer, untested one.
+    silently not run, and has no per-row ``__rollout_n__``) or from 1.0 on; log one warning line for a supported
+    but untested one (`VERL_RANGE`).
 
     Raises:
-        RuntimeError: ``version`` is older than `VERL_VERSION` or not a version string.
+        UnsupportedVersionError (a RuntimeError): outside `VERL_RANGE`, or not a version string; the message
+            names the supported and tested releases.
     """
-    found, tested = _release(version), _release(VERL_VERSION)
-    assert tested is not None  # VERL_VERSION is a release number
-    if found is None:
-        raise RuntimeError(f"cannot read verl's version {version!r}; trace_sync needs verl {VERL_VERSION}")
-    if found < tested:
-        raise RuntimeError(
-            f"trace_sync needs verl >= {VERL_VERSION} (prepare_step and per-row __rollout_n__); found {version}. "
-            f"Install it with `pip install verl=={VERL_VERSION}` (`make verl`)."
-        )
-    if found != tested:
-        logging.getLogger(__name__).warning(
-            "verl %s is newer than the tested %s: TRACE's seams may have moved", version, VERL_VERSION
-        )
+    VERL_RANGE.check(version)
 
 
 def _release(version: str) -> tuple[int, int, int] | None:
     """(major, minor, micro) of a version string such as "0.9.1" or "0.10.0.dev"; None when unreadable."""
-    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version.strip())
-    if match is None:
-        return None
-    return int(match[1]), int(match[2]), int(match[3] or 0)
+    return release(version)
+
+
+__all__ = ["VERL_RANGE", "VERL_VERSION", "UnsupportedVersionError", "check_verl_version"]

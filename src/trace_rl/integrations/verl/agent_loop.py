@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
+from trace_rl.integrations.verl.compat import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 from trace_rl.integrations.verl.config import TraceVerlConfig
 from trace_rl.rollout.agent import ChatCodec, EnvLike, Episode, SavePoint, run_episode
 from trace_rl.rollout.backends import Completion, SamplingParams, completion_seed

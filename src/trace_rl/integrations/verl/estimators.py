@@ -117,7 +117,7 @@ def compute_trace_tree_grpo_advantage(
 
 def register_estimators() -> None:
     """Register both estimators with verl (idempotent: verl refuses a second, different function per name)."""
-    from verl.trainer.ppo import core_algos
+    from trace_rl.integrations.verl.compat import core_algos
 
     for name, fn in (
         ("trace_treerpo", compute_trace_treerpo_advantage),

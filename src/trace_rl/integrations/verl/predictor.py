@@ -9,6 +9,30 @@ from typing import Any
 import numpy as np
 
 from trace_rl.integrations.verl.config import TraceVerlConfig
+from trace_rl.predictor.serialize import serialize_anchor
+
+
+def predictor_text(prompt: str, turns: Sequence[Any] = (), *, max_chars: int) -> str:
+    """The text the shared predictor sees for a prompt (no ``turns``) or an anchor (the turns up to it), cut at
+    the predictor's own limit ``max_chars`` (its `PredictorActor.profile` ``max_chars``: 1,024 characters for
+    ``ngram`` and ``minilm``, 508 for ``tiny``). The adapter scores the trainer's candidate prompts
+    (`trace_rl.integrations.verl.trainer.prompt_text`) and builds the predictor's training examples
+    (`trace_rl.integrations.verl.worker`, through `trace_rl.predictor.node_examples`' ``text_of``) with this
+    one function, so the texts scored are the texts learned from; it is the native trainer's
+    ``serialize_anchor(prompt, turns, max_chars=predictor.max_chars)``.
+
+    Args:
+        prompt: the task prompt (``Task.prompt``).
+        turns: the turns from the prompt to the anchor (each with ``text`` and ``observation``).
+        max_chars: the predictor's serialization budget (>= 64).
+
+    Returns:
+        At most ``max_chars`` characters (`trace_rl.predictor.serialize` gives the format and truncation rule).
+
+    Raises:
+        ValueError: ``max_chars`` below 64, a non-string prompt or a turn without text/observation.
+    """
+    return serialize_anchor(prompt, turns, max_chars=max_chars)
 
 
 class PredictorActor:
@@ -79,6 +103,10 @@ class RemotePredictor:
         self.handle = handle
         self.max_chars = int(profile["max_chars"])
         self.example_weighting = str(profile["example_weighting"])
+
+    def text(self, prompt: str, turns: Sequence[Any] = ()) -> str:
+        """`predictor_text` at this predictor's own ``max_chars``."""
+        return predictor_text(prompt, turns, max_chars=self.max_chars)
 
     @classmethod
     async def connect(cls, handle: Any) -> RemotePredictor:

@@ -9,13 +9,10 @@ estimators ``trace_treerpo`` and ``trace_tree_grpo``, and the trainer ``trace_sy
 
 from __future__ import annotations
 
-import verl
-from trace_rl.integrations.verl import check_verl_version
-
-check_verl_version(str(verl.__version__))  # before registering: an old verl would silently skip prepare_step
-
-from trace_rl.integrations.verl import agent_loop as _agent_loop  # noqa: E402, F401  (registers trace_agent)
-from trace_rl.integrations.verl import trainer as _trainer  # noqa: E402, F401  (registers trace_sync)
-from trace_rl.integrations.verl.estimators import register_estimators  # noqa: E402
+# an old verl would silently skip prepare_step)
+from trace_rl.integrations.verl import agent_loop as _agent_loop  # noqa: F401  (registers trace_agent)
+from trace_rl.integrations.verl import compat as _compat  # noqa: F401  (checks verl's version before registering:
+from trace_rl.integrations.verl import trainer as _trainer  # noqa: F401  (registers trace_sync)
+from trace_rl.integrations.verl.estimators import register_estimators
 
 register_estimators()

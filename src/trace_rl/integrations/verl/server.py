@@ -58,7 +58,7 @@ class ExternalVLLMServer:
         Raises:
             ValueError: image or video data (text only), or a request the server refuses.
         """
-        from verl.workers.rollout.replica import TokenOutput
+        from trace_rl.integrations.verl.compat import TokenOutput
 
         if image_data is not None or video_data is not None:
             raise ValueError("ExternalVLLMServer serves text-only requests")
@@ -91,7 +91,7 @@ class ExternalVLLMServer:
 
 
 def _load_balancer_base() -> type:
-    from verl.workers.rollout.router import GlobalRequestLoadBalancer
+    from trace_rl.integrations.verl.compat import GlobalRequestLoadBalancer
 
     return GlobalRequestLoadBalancer
 

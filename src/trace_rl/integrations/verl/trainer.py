@@ -37,21 +37,23 @@ import numpy as np
 import numpy.typing as npt
 import ray
 import torch
-import transfer_queue as tq
 from omegaconf import OmegaConf
-from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
-from verl.trainer.ppo.v1.trainer_base import register_trainer
-from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
-from verl.utils import tensordict_utils as tu
 
 from trace_rl.allocation import allocate_roots
 from trace_rl.integrations.verl import check_verl_version
 from trace_rl.integrations.verl.agent_loop import task_from_row
+from trace_rl.integrations.verl.compat import (
+    PPOTrainerSync,
+    ReplayBuffer,
+    register_trainer,
+    tq,
+    tu,
+    verl_version,
+)
 from trace_rl.integrations.verl.config import TraceVerlConfig
 from trace_rl.integrations.verl.estimators import TRACE_ESTIMATORS, tree_layouts
 from trace_rl.integrations.verl.layout import RowLayout
-from trace_rl.integrations.verl.predictor import predictor_handle
-from trace_rl.predictor import serialize_anchor
+from trace_rl.integrations.verl.predictor import predictor_handle, predictor_text
 
 LAYOUT_FIELDS = ["trace_sessions", "trace_turn_lens"]
 
@@ -160,15 +162,25 @@ class TraceReplayBuffer(ReplayBuffer):  # type: ignore[misc]
         return batch, metrics
 
 
-def prompt_text(row: dict[str, Any]) -> str:
-    """The text the predictor scores for a prompt: ``extra_info.trace_task.prompt``, else the last user message
-    of ``raw_prompt``, serialized as a depth-0 anchor."""
+def row_prompt(row: dict[str, Any]) -> str:
+    """The prompt of a verl row: ``extra_info.trace_task.prompt`` (what the agent loop runs, `task_from_row`),
+    else the last user message of ``raw_prompt`` (or ``prompt``); "" when there is none."""
     info = row.get("extra_info") or {}
     if isinstance(info, dict) and info.get("trace_task") is not None:
-        return serialize_anchor(task_from_row(row).prompt)
+        return task_from_row(row).prompt
     messages = row.get("raw_prompt") or row.get("prompt") or []
     users = [m.get("content", "") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
-    return serialize_anchor(str(users[-1] if users else ""))
+    return str(users[-1] if users else "")
+
+
+def prompt_text(row: dict[str, Any], *, max_chars: int) -> str:
+    """The text the predictor scores for a prompt: `predictor_text` of `row_prompt` (a depth-0 anchor) at the
+    predictor's own ``max_chars``, the same text its training examples hold for that prompt's root.
+
+    Raises:
+        ValueError: ``max_chars`` below 64, or a row whose ``trace_task`` cannot be read.
+    """
+    return predictor_text(row_prompt(row), max_chars=max_chars)
 
 
 def _rows(column: Any) -> list[Any]:
@@ -209,9 +221,7 @@ class TraceTrainer(PPOTrainerSync):  # type: ignore[misc]
     """verl ``PPOTrainerSync`` + TRACE root allocation and predictor (module doc). Same constructor."""
 
     def __init__(self, config: Any):
-        import verl
-
-        check_verl_version(str(verl.__version__))
+        check_verl_version(verl_version())  # compat checked it at import; a clear error if it was bypassed
         self.trace = TraceVerlConfig.from_verl(config)
         refuse_unsupported(config)
         super().__init__(config)
@@ -265,8 +275,10 @@ class TraceTrainer(PPOTrainerSync):  # type: ignore[misc]
             {k: _column(pool, k)[i] for k in ("extra_info", "raw_prompt") if k in pool.keys()}
             for i in range(n)
         ]
+        max_chars = int(ray.get(self._predictor.profile.remote())["max_chars"])  # the predictor's own limit
         v = np.asarray(
-            ray.get(self._predictor.predict.remote([prompt_text(r) for r in rows])), dtype=np.float64
+            ray.get(self._predictor.predict.remote([prompt_text(r, max_chars=max_chars) for r in rows])),
+            dtype=np.float64,
         )
         m = plan_roots(
             v, self.trace, train_batch_size=tb, rollout_n=int(self.config.actor_rollout_ref.rollout.n)

@@ -41,11 +41,10 @@ from typing import Any
 import numpy as np
 import ray
 import torch
-import transfer_queue as tq
-from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
 from trace_rl.allocation import get_method
 from trace_rl.integrations.verl.agent_loop import EPISODE_KEY, TRACE_AGENT, TracePrefix, task_from_row
+from trace_rl.integrations.verl.compat import AgentLoopManagerTQ, AgentLoopWorkerTQ, tq
 from trace_rl.integrations.verl.config import TraceVerlConfig
 from trace_rl.integrations.verl.predictor import RemotePredictor, predictor_handle
 from trace_rl.predictor import node_examples
@@ -283,8 +282,10 @@ class TraceAgentLoopWorker(_WorkerBase):  # type: ignore[misc, valid-type]
     def pop_finished(self) -> list[dict[str, Any]]:
         """Summaries (`FinishedPrompt.summary`) of the prompts finished since the last call, with the predictor
         examples of each tree (``examples``: text, target, depth, weight) for the trainer's update."""
-        out = []
+        out: list[dict[str, Any]] = []
         profile = self._predictor
+        if profile is None:  # no prompt has run on this worker yet, so none has finished
+            return out
         for f in self._finished:
             rec = f.summary()
             rec["examples"] = [
@@ -292,8 +293,9 @@ class TraceAgentLoopWorker(_WorkerBase):  # type: ignore[misc, valid-type]
                 for e in node_examples(
                     f.tree,
                     f.task.prompt,
-                    max_chars=profile.max_chars if profile is not None else 2048,
-                    weighting=profile.example_weighting if profile is not None else "uniform",
+                    max_chars=profile.max_chars,
+                    weighting=profile.example_weighting,
+                    text_of=profile.text,  # the function the trainer scores prompts with
                 )
             ]
             out.append(rec)
