@@ -176,14 +176,14 @@ def check_warm_start(cfg: TrainConfig, folder: Path, log: Callable[[str], None] 
     """
     policy_dir = folder / "sft" / "policy"
     if not policy_dir.is_dir():
-        raise ValueError(
+        raise UserError(
             f"{folder} holds no warm-start policy (sft/policy): a warm start that did not finish; delete {folder} "
             "to build it again"
         )
     manifest = read_manifest(policy_dir)
     if manifest is None:
         if not (policy_dir / PROBE_FILE).exists():
-            raise ValueError(
+            raise UserError(
                 f"{folder} holds a warm-start policy without its probe outcomes ({PROBE_FILE}): a warm start killed "
                 f"before its probe finished; delete {folder} to build it again"
             )
@@ -193,12 +193,12 @@ def check_warm_start(cfg: TrainConfig, folder: Path, log: Callable[[str], None] 
         )
         return write_manifest(policy_dir, cfg, probe=True, adopted=True)
     if manifest.get("probe") and not (policy_dir / PROBE_FILE).exists():
-        raise ValueError(
+        raise UserError(
             f"{folder}: its probe outcomes ({PROBE_FILE}) are missing; delete {folder} to rebuild it"
         )
     diffs = config_differences(manifest.get("config") or {}, warm_start_config(cfg))
     if diffs:
-        raise ValueError(
+        raise UserError(
             f"{folder} was made with another config ({'; '.join(diffs[:3])}"
             f"{'; ...' if len(diffs) > 3 else ''}); use another --out or delete {folder}"
         )
@@ -325,7 +325,7 @@ def check_same_start(cfg: TrainConfig, run_dir: Path) -> None:
     recorded = provenance_of(json.loads(path.read_text()))["warm_start_hash"]
     current = policy_start_hash(cfg, run_dir)
     if recorded is not None and current is not None and recorded != current:
-        raise ValueError(
+        raise UserError(
             f"{run_dir} started from another warm start ({recorded[:19]}) than {cfg.policy.name} "
             f"({current[:19]}); delete that run or use another --out"
         )
@@ -483,13 +483,13 @@ def check_provenance(plan: Sequence[Run], base: TrainConfig) -> dict[str, Any]:
     for seed in sorted({s for _, s in configs}):
         starts = {label: h for (label, s), h in hashes.items() if s == seed and h is not None}
         if len(set(starts.values())) > 1:
-            raise ValueError(
+            raise UserError(
                 f"runs of seed {seed} started from different warm starts: "
                 + ", ".join(f"{label} ({h[:19]})" for label, h in starts.items())
             )
     diffs = shared_differences({f"{label}/seed_{seed}": data for (label, seed), data in configs.items()})
     if diffs:
-        raise ValueError(f"the runs differ in what a comparison shares: {diffs[0]}")
+        raise UserError(f"the runs differ in what a comparison shares: {diffs[0]}")
     return {
         "warm_start_hashes": sorted({h for h in hashes.values() if h is not None}),
         "runs_without_provenance": sorted(

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from trace_rl.errors import DataError
+
 
 class TimedEnvFactory:
     """Makes environments whose step() calls are timed (the "tools" share of the wall-clock).
@@ -90,7 +92,7 @@ class DataCursor:
             ValueError: ``k`` exceeds the number of tasks (a pool of distinct tasks cannot be drawn).
         """
         if k > self.n:
-            raise ValueError(
+            raise DataError(
                 f"a candidate pool of {k} distinct tasks needs at least {k} training tasks, got {self.n}"
             )
         out: list[int] = []

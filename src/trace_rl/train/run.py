@@ -302,7 +302,7 @@ class Trainer:
             self.budget_spent = float(self.probe_charge["budget"])
             cfg = self.cfg
             if cfg.total_budget > 0 and cfg.total_budget - self.budget_spent < self.shape.total - 1e-9:
-                raise ValueError(
+                raise ConfigError(
                     f"total_budget {cfg.total_budget:g} leaves less than one step's budget ({self.shape.total:g}) "
                     f"after the warm start's probe ({self.budget_spent:g} rollouts charged to method "
                     f"{cfg.method}); raise total_budget or lower policy.sft_probe_prompts"

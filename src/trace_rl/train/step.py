@@ -27,6 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from trace_rl.allocation import SIBLING_WEIGHT, UNITS_PER_ROLLOUT, BudgetShape, Method, trace_prefixes
+from trace_rl.errors import DataError
 from trace_rl.metrics import (
     effective_ratio,
     is_effective,
@@ -346,7 +347,7 @@ def _prompt_rngs(pool: Sequence[Task], rng: np.random.Generator) -> dict[str, np
     ids = [t.id for t in pool]
     if len(set(ids)) != len(ids):
         twice = sorted({i for i in ids if ids.count(i) > 1})
-        raise ValueError(
+        raise DataError(
             f"the candidate pool holds task {twice[0]!r} more than once: a pool holds distinct tasks"
         )
     return {
