@@ -19,7 +19,9 @@ Prints one JSON line. Usage: python benchmarks/rollout_engine.py [--quick] [--js
 `--decode-compare` (issue 38) runs only the engine's phases 1 + 2 (no baseline, no replay-cost timing), once
 with the fast forward (`LocalEngine(fast_decode=True)`, the default) and once with the original one
 (`fast_decode=False`), alternating, `--repeats` times in one process, each on a fresh engine: tokens/s of each
-(medians and runs), `fast_over_reference` = median of the per-pair ratios of fast / reference tokens/s, and
+(medians and runs), `fast_over_reference` = median of the per-pair ratios of fast / reference tokens/s,
+`cpu_ratio` = median of the per-pair ratios of the process CPU seconds of the two (fast / reference; with
+`--threads 1` it is the work done, less sensitive than wall time to other processes on a shared machine), and
 `max_abs_logprob_diff` = the largest difference of the two engines' log-probabilities over the turns whose tokens
 and contexts agree (with the same seeds they sample the same tokens up to floating-point ties; an episode's turns
 are compared up to its first differing turn).
@@ -333,7 +335,9 @@ def decode_compare(args: argparse.Namespace) -> int:
     codec = ChatCodec(policy.tokenizer)
     runs: dict[bool, list[float]] = {True: [], False: []}
     forward_s: dict[bool, list[float]] = {True: [], False: []}
+    cpu_s: dict[bool, list[float]] = {True: [], False: []}
     ratios: list[float] = []
+    cpu_ratios: list[float] = []
     outputs: dict[bool, list[Episode]] = {}
     for rep_i in range(repeats):
         order = (True, False) if rep_i % 2 == 0 else (False, True)  # alternate which goes first
@@ -344,13 +348,16 @@ def decode_compare(args: argparse.Namespace) -> int:
                 max_rows=2 * max(batch, k * batch),
                 fast_decode=fast,
             )
+            cpu0 = time.process_time()
             roots, _, _, replays, wall = roots_then_replays(
                 engine, codec, tasks, sampling, args.max_turns, k, args.seed
             )
+            cpu_s[fast].append(time.process_time() - cpu0)
             runs[fast].append(sum(e.sampled_tokens for e in roots + replays) / wall)
             forward_s[fast].append(engine.stats.forward_seconds)
             outputs[fast] = roots + replays
         ratios.append(runs[True][-1] / runs[False][-1])
+        cpu_ratios.append(cpu_s[True][-1] / cpu_s[False][-1])
     diffs, agree, total = [0.0], 0, 0
     for a, b in zip(outputs[True], outputs[False], strict=True):
         for ta, tb in zip(a.turns, b.turns, strict=False):
@@ -373,6 +380,10 @@ def decode_compare(args: argparse.Namespace) -> int:
         "ratio_runs": [round(r, 3) for r in ratios],
         "fast_tok_s_runs": [round(r, 1) for r in runs[True]],
         "reference_tok_s_runs": [round(r, 1) for r in runs[False]],
+        "cpu_ratio": round(float(np.median(cpu_ratios)), 3),
+        "cpu_ratio_runs": [round(r, 3) for r in cpu_ratios],
+        "fast_cpu_s": round(float(np.median(cpu_s[True])), 2),
+        "reference_cpu_s": round(float(np.median(cpu_s[False])), 2),
         "fast_forward_s": round(float(np.median(forward_s[True])), 2),
         "reference_forward_s": round(float(np.median(forward_s[False])), 2),
         "turns_same_tokens": f"{agree}/{total}",

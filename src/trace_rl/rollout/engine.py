@@ -42,6 +42,7 @@ SUPPORTED = ("llama", "qwen2", "qwen3")
 FREE, ACTIVE, PARKED = 0, 1, 2
 DEFER_TOKENS = 8
 DEFER_SHARE = 0.9
+_RMS_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm")
 SPAN_GAP = 4  # decode: a run of more idle cache rows than this between active ones splits the attention
 
 
@@ -395,13 +396,17 @@ class LocalEngine:
             self._grow(self._rows_cap, max(needed, min(2 * self._pos_cap, self.max_context + 1)))
 
     def _grow(self, rows: int, positions: int) -> None:
+        # every entry is zero or a computed key/value (masked-out ones must stay finite): each new tensor is
+        # written once, the old block copied and the rest zeroed
         shape = (rows, self.n_kv, positions, self.head_dim)
-        new_k = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.n_layers)]
-        new_v = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.n_layers)]
+        new_k = [torch.empty(shape, dtype=self.dtype, device=self.device) for _ in range(self.n_layers)]
+        new_v = [torch.empty(shape, dtype=self.dtype, device=self.device) for _ in range(self.n_layers)]
         r0, p0 = self._rows_cap, self._pos_cap
-        if self._k:
-            for old, new in zip(self._k + self._v, new_k + new_v, strict=True):
-                new[:r0, :, :p0] = old
+        for i, new in enumerate(new_k + new_v):
+            if self._k:
+                new[:r0, :, :p0] = (self._k + self._v)[i]
+            new[:r0, :, p0:].zero_()
+            new[r0:].zero_()
         tok = np.zeros((rows, positions), np.int64)
         tok[:r0, :p0] = self._tok
         self._k, self._v, self._tok = new_k, new_v, tok
@@ -504,13 +509,13 @@ class LocalEngine:
         cos, sin = cos[:, None], sin[:, None]
         for layer, kc, vc in zip(m.layers, self._k, self._v, strict=True):
             attn = layer.self_attn
-            h = layer.input_layernorm(x)
+            h = _rms_norm(layer.input_layernorm, x)
             shape = (n, length, -1, hd)
             q = attn.q_proj(h).view(shape)
             k = attn.k_proj(h).view(shape)
             v = attn.v_proj(h).view(shape)
             if hasattr(attn, "q_norm"):
-                q, k = attn.q_norm(q), attn.k_norm(k)
+                q, k = _rms_norm(attn.q_norm, q), _rms_norm(attn.k_norm, k)
             q, k = q.transpose(1, 2), k.transpose(1, 2)  # (R, heads, L, D)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
@@ -537,12 +542,12 @@ class LocalEngine:
                 outs.append(o if local is None else o[local])
             out = outs[0] if len(outs) == 1 else torch.cat(outs)
             x = x + attn.o_proj(out)
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            x = x + layer.mlp(_rms_norm(layer.post_attention_layernorm, x))
         if last is None:
             x = x[:, -1]
         else:
             x = x[torch.arange(n, device=dev), torch.from_numpy(last).to(dev)]
-        logits = self.model.lm_head(m.norm(x))
+        logits = self.model.lm_head(_rms_norm(m.norm, x))
         self.stats.forward_seconds += time.perf_counter() - t0
         return logits.float()
 
@@ -580,6 +585,15 @@ class LocalEngine:
                 mask = mask.to(self.device)
             spans.append((lo, hi, a, b, total, local, mask))
         return spans
+
+
+def _rms_norm(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """norm(x) for the RMSNorm of llama/qwen2/qwen3 (weight * x / sqrt(mean(x^2) + eps)) in one fused op
+    (`F.rms_norm`, the same values for float32 inputs); any other module is called as it is."""
+    eps = getattr(norm, "variance_epsilon", None)
+    if x.dtype != torch.float32 or eps is None or type(norm).__name__ not in _RMS_NORMS:
+        return norm(x)
+    return F.rms_norm(x, (x.shape[-1],), norm.weight, eps)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
