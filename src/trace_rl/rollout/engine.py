@@ -21,6 +21,10 @@ Design (docs/rollout.md):
 The forward pass is written here against the Llama/Qwen2/Qwen3 module layout of transformers (embed, RMSNorm,
 q/k/v/o projections with optional q/k norms, rotary embedding, gated MLP), reusing the model's own modules and
 weights; `tests/unit/test_engine.py` checks its logits against the model's own forward.
+- The forward (`_forward_rows`, issue 38) computes only the rows it is given (a decode step: the active ones)
+  and reads the cache in place, per span of nearby rows up to that span's longest row (`_spans`). On a CPU a
+  decode step is bound by memory traffic: the weights (once per step) and every active row's cached keys and
+  values (docs/benchmarks.md). `fast_decode=False` keeps the original forward as a reference.
 """
 
 from __future__ import annotations
@@ -591,9 +595,16 @@ def _rms_norm(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """norm(x) for the RMSNorm of llama/qwen2/qwen3 (weight * x / sqrt(mean(x^2) + eps)) in one fused op
     (`F.rms_norm`, the same values for float32 inputs); any other module is called as it is."""
     eps = getattr(norm, "variance_epsilon", None)
-    if x.dtype != torch.float32 or eps is None or type(norm).__name__ not in _RMS_NORMS:
-        return norm(x)
-    return F.rms_norm(x, (x.shape[-1],), norm.weight, eps)
+    weight = getattr(norm, "weight", None)
+    if (
+        x.dtype != torch.float32
+        or eps is None
+        or not isinstance(weight, torch.Tensor)
+        or type(norm).__name__ not in _RMS_NORMS
+    ):
+        out: torch.Tensor = norm(x)
+        return out
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
