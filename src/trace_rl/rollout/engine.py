@@ -213,6 +213,7 @@ class LocalEngine:
         returning episodes take over their parked rows first, so that no other request evicts them.
         """
         chosen: list[tuple[_Request, int, int]] = []
+        prompts = _PromptSet()
         waiting: list[_Request] = []
         busy = len(self._rows)
         while self._pending:
@@ -222,11 +223,12 @@ class LocalEngine:
             self._pending.pop(0)
             src, lcp = self._longest_prefix(req.prompt)
             if chosen:
-                shared = max(_common_prefix(req.prompt, c.prompt) for c, _, _ in chosen)
+                shared = prompts.longest_common_prefix(req.prompt)
                 if shared - lcp >= max(DEFER_TOKENS, DEFER_SHARE * (req.prompt.size - lcp)):
                     waiting.append(req)  # next round; later requests may still be admitted now
                     continue
             chosen.append((req, src, lcp))
+            prompts.add(req.prompt)
             busy += req.n
         self._pending[:0] = waiting
         if not chosen:
@@ -536,7 +538,7 @@ class LocalEngine:
                     qs = (qs * attn.scaling).reshape(hi - lo, self.n_kv, -1, hd)  # (rows, KV, G, D)
                     scores = torch.matmul(qs, keys.transpose(-1, -2))  # (rows, KV, G, T)
                     if mask is not None:
-                        scores = scores.masked_fill(mask, float("-inf"))
+                        scores.masked_fill_(mask, float("-inf"))
                     o = torch.matmul(scores.softmax(-1), values).reshape(hi - lo, 1, -1)
                 else:
                     o = F.scaled_dot_product_attention(
@@ -611,6 +613,33 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     """(-x2, x1) of the halves of the last dim, as transformers' rotate_half."""
     h = x.shape[-1] // 2
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+class _PromptSet:
+    """Token-id prompts (int64 >= 0) as rows of one -1-padded matrix: the longest common prefix of a prompt with
+    any of them in one numpy pass (the admission round's deferral test; `_common_prefix` pairwise, vectorised)."""
+
+    def __init__(self) -> None:
+        self._mat = np.full((8, 64), -1, np.int64)
+        self._n = 0
+
+    def add(self, prompt: np.ndarray) -> None:
+        rows, width = self._mat.shape
+        if self._n == rows or prompt.size > width:
+            grown = np.full((2 * rows if self._n == rows else rows, max(width, prompt.size)), -1, np.int64)
+            grown[: self._n, :width] = self._mat[: self._n]
+            self._mat = grown
+        self._mat[self._n, : prompt.size] = prompt
+        self._mat[self._n, prompt.size :] = -1
+        self._n += 1
+
+    def longest_common_prefix(self, prompt: np.ndarray) -> int:
+        """max over the set of the common prefix length with `prompt` (0 for an empty set)."""
+        if self._n == 0:
+            return 0
+        m = min(prompt.size, self._mat.shape[1])
+        eq = self._mat[: self._n, :m] == prompt[None, :m]
+        return int(np.cumprod(eq, axis=1).sum(axis=1).max()) if m else 0
 
 
 def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
