@@ -18,7 +18,8 @@ Prints one JSON line. Usage: python benchmarks/rollout_engine.py [--quick] [--js
 
 `--decode-compare` (issue 38) runs only the engine's phases 1 + 2 (no baseline, no replay-cost timing), once
 with the fast forward (`LocalEngine(fast_decode=True)`, the default) and once with the original one
-(`fast_decode=False`), alternating, `--repeats` times in one process, each on a fresh engine: tokens/s of each
+(`fast_decode=False`; or `--reference-module PATH`: the LocalEngine of another version's engine.py, e.g. the code
+before issue 38), alternating, `--repeats` times in one process, each on a fresh engine: tokens/s of each
 (medians and runs), `fast_over_reference` = median of the per-pair ratios of fast / reference tokens/s,
 `cpu_ratio` = median of the per-pair ratios of the process CPU seconds of the two (fast / reference; with
 `--threads 1` it is the work done, less sensitive than wall time to other processes on a shared machine), and
@@ -209,6 +210,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="engine only: the fast forward against the original one (fast_decode=False), alternating",
     )
+    ap.add_argument(
+        "--reference-module",
+        default=None,
+        help="--decode-compare: take the reference LocalEngine from this engine.py (another version of the engine, "
+        "e.g. `git show REV:src/trace_rl/rollout/engine.py > /tmp/engine_rev.py`) instead of fast_decode=False",
+    )
     ap.add_argument("--replicas", default="1,2", help="--backend vllm: replica counts to run")
     ap.add_argument("--nice", type=int, default=0, help="--backend vllm: niceness of the servers")
     ap.add_argument("--no-local", action="store_true", help="--backend vllm: skip the LocalEngine runs")
@@ -333,6 +340,17 @@ def decode_compare(args: argparse.Namespace) -> int:
     tasks = toy_env.load_tasks("bench", batch, args.seed)
     sampling = SamplingParams(max_new_tokens=mnt, temperature=1.0, top_p=1.0, seed=args.seed)
     codec = ChatCodec(policy.tokenizer)
+    reference_cls: Any = None
+    if args.reference_module:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("reference_engine", args.reference_module)
+        if spec is None or spec.loader is None:
+            raise SystemExit(f"--reference-module: cannot load {args.reference_module}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["reference_engine"] = module  # dataclasses look their module up
+        spec.loader.exec_module(module)
+        reference_cls = module.LocalEngine
     runs: dict[bool, list[float]] = {True: [], False: []}
     forward_s: dict[bool, list[float]] = {True: [], False: []}
     cpu_s: dict[bool, list[float]] = {True: [], False: []}
@@ -342,12 +360,11 @@ def decode_compare(args: argparse.Namespace) -> int:
     for rep_i in range(repeats):
         order = (True, False) if rep_i % 2 == 0 else (False, True)  # alternate which goes first
         for fast in order:
-            engine = LocalEngine(
-                policy,
-                max_batch=max(batch, k * batch),
-                max_rows=2 * max(batch, k * batch),
-                fast_decode=fast,
-            )
+            size = max(batch, k * batch)
+            if fast or reference_cls is None:
+                engine = LocalEngine(policy, max_batch=size, max_rows=2 * size, fast_decode=fast)
+            else:
+                engine = reference_cls(policy, max_batch=size, max_rows=2 * size)
             cpu0 = time.process_time()
             roots, _, _, replays, wall = roots_then_replays(
                 engine, codec, tasks, sampling, args.max_turns, k, args.seed
@@ -374,6 +391,7 @@ def decode_compare(args: argparse.Namespace) -> int:
         "max_new_tokens": mnt,
         "threads": torch.get_num_threads(),
         "repeats": repeats,
+        "reference": args.reference_module or "fast_decode=False",
         "fast_tok_s": round(float(np.median(runs[True])), 1),
         "reference_tok_s": round(float(np.median(runs[False])), 1),
         "fast_over_reference": round(float(np.median(ratios)), 3),

@@ -289,9 +289,9 @@ def test_spans_split_at_idle_gaps_and_mask_unequal_rows(tiny_policy):
     ]
     (_, _, _, _, _, local, mask), (_, _, _, _, _, local2, mask2) = spans
     assert local.tolist() == [0, 1, 2, 4] and local2 is None and mask2 is None  # equal lengths: no mask
-    # decode mask: True hides a key; row 0 (last position 5) hides 6..7, idle row 3 sees all
-    hidden = mask[:, 0, 0].numpy()
-    assert hidden[0].tolist() == [False] * 6 + [True] * 2 and not hidden[3].any() and not hidden[1].any()
+    # True = may attend: row 0 (last position 5) sees keys 0..5 of 0..7, idle row 3 sees all
+    see = mask[:, 0, 0].numpy()
+    assert see[0].tolist() == [True] * 6 + [False] * 2 and see[3].all() and see[1].all()
     # prefill (L = 3): causal per row from its start; True = may attend
     (_, _, _, _, total, _, pmask), _ = eng._spans(rows, start, 3)
     assert total == 10 and pmask.shape == (5, 1, 3, 10)

@@ -499,8 +499,8 @@ class LocalEngine:
         Same arithmetic as `_forward`, but only the given rows are computed and attention reads the cache in
         place: per span of nearby rows (`_spans`), a view up to that span's longest row (no gathered copy of
         the rows, no padding to the longest row of the batch). Decode (L = 1) attends with two batched
-        products over the G query heads of each key/value head (no key/value repeat); prefill (L > 1) with
-        scaled_dot_product_attention on the views.
+        products over the G query heads of each key/value head (no key/value repeat; float32); prefill (L > 1)
+        and other dtypes with scaled_dot_product_attention on the views.
         """
         t0 = time.perf_counter()
         m = self.model.model
@@ -510,6 +510,10 @@ class LocalEngine:
         rows_t = torch.from_numpy(rows).to(dev)
         pos = torch.from_numpy(start[:, None] + np.arange(length)[None, :]).to(dev)  # (R, L)
         spans = self._spans(rows, start, length)
+        # decode in float32: two batched products per span (lower precisions go through SDPA, whose softmax
+        # accumulates in float32)
+        manual = length == 1 and self.dtype == torch.float32
+        hidden = {sp[0]: ~sp[6] for sp in spans if manual and sp[6] is not None}  # keys a row must not see
         x = m.embed_tokens(ids)  # (R, L, H)
         cos, sin = m.rotary_emb(x, pos)  # (R, L, D)
         cos, sin = cos[:, None], sin[:, None]
@@ -534,17 +538,17 @@ class LocalEngine:
                     qs = q.new_zeros(hi - lo, *q.shape[1:])
                     qs[local] = q[a:b]
                 keys, values = kc[lo:hi, :, :total], vc[lo:hi, :, :total]  # views
-                if length == 1:
+                if manual:
                     qs = (qs * attn.scaling).reshape(hi - lo, self.n_kv, -1, hd)  # (rows, KV, G, D)
                     scores = torch.matmul(qs, keys.transpose(-1, -2))  # (rows, KV, G, T)
                     if mask is not None:
-                        scores.masked_fill_(mask, float("-inf"))
+                        scores.masked_fill_(hidden[lo], float("-inf"))
                     o = torch.matmul(scores.softmax(-1), values).reshape(hi - lo, 1, -1)
                 else:
                     o = F.scaled_dot_product_attention(
                         qs, keys, values, attn_mask=mask, scale=attn.scaling, enable_gqa=True
                     )
-                    o = o.transpose(1, 2).reshape(hi - lo, length, -1)
+                    o = o.transpose(1, 2).reshape(hi - lo, length, -1)  # (rows, L, Hq * D)
                 outs.append(o if local is None else o[local])
             out = outs[0] if len(outs) == 1 else torch.cat(outs)
             x = x + attn.o_proj(out)
@@ -565,10 +569,9 @@ class LocalEngine:
         A gap of more than SPAN_GAP idle rows starts a new span (reading an idle row's cache costs more than a
         few extra operations). Returns per span (lo, hi, a, b, total, local, mask): cache rows lo..hi-1, of
         which rows[a:b] are computed; total = 1 + the span's last position (keys read); local = the computed
-        rows' offsets in the span (None when there is no idle row); mask = bool: for decode (rows, 1, 1, total),
-        True where a key is hidden (a shorter row's later positions; None when all rows end at the same
-        position); for prefill (rows, 1, L, total), True where a query may attend (causal). Idle rows see every
-        key.
+        rows' offsets in the span (None when there is no idle row); mask = bool (rows, 1, L, total), True where
+        a query may attend (causal from each row's start; None for decode when all rows end at the same
+        position). Idle rows see every key.
         """
         cuts = np.flatnonzero(np.diff(rows) > SPAN_GAP + 1) + 1
         bounds = [0, *cuts.tolist(), rows.size]
@@ -584,11 +587,7 @@ class LocalEngine:
                 first[rows[a:b] - lo] = start[a:b]
                 qpos = first[:, None] + np.arange(length)[None, :]  # (rows, L)
                 see = np.arange(total)[None, None, :] <= qpos[:, :, None]  # (rows, L, T)
-                if length == 1:  # decode: the manual product masks scores (rows, KV, G, T)
-                    mask = torch.from_numpy(~see[:, :, None, :].reshape(hi - lo, 1, 1, total))
-                else:
-                    mask = torch.from_numpy(see[:, None])
-                mask = mask.to(self.device)
+                mask = torch.from_numpy(see[:, None]).to(self.device)
             spans.append((lo, hi, a, b, total, local, mask))
         return spans
 
