@@ -91,10 +91,10 @@ class LocalEngine:
         max_batch: at most this many rows decode at once (a request with n > max_batch still runs, alone).
         max_rows: rows kept in the cache (active + parked); parked rows are evicted least recently used first.
         max_context: longest sequence (prompt + completion) in tokens; longer prompts raise ValueError.
-        fast_decode: decode steps compute only the active rows, with attention over views of the cache
-            (`_forward_rows`); False runs them through the general forward of prefill (the engine's original
-            decode step, kept as the reference the fast one is tested against). Same tokens and log-probabilities
-            up to floating-point rounding (about 1e-6).
+        fast_decode: every forward (decode steps and prefill) computes only its own rows, with attention over
+            views of the cache (`_forward_rows`); False runs the engine's original forward (decode over the
+            slice 0..max active row, prefill on gathered copies of its rows), kept as the reference the fast one
+            is tested against. Same tokens and log-probabilities up to floating-point rounding (about 1e-6).
 
     Raises:
         ValueError: unsupported model type or bad arguments.
@@ -269,7 +269,9 @@ class LocalEngine:
         self._ensure_positions(int(start.max()) + width + 1)
         if self.fast_decode:
             order = np.argsort(rows)
-            logits = torch.empty(len(batch), self.model.config.vocab_size, device=self.device)
+            logits = torch.empty(
+                len(batch), self.model.config.vocab_size, dtype=torch.float32, device=self.device
+            )
             logits[torch.from_numpy(order).to(self.device)] = self._forward_rows(
                 rows[order], ids[order].to(self.device), start.numpy()[order], np.asarray(lengths)[order] - 1
             )
