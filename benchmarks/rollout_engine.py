@@ -16,6 +16,17 @@ trajectory's sampled tokens; `prefix_token_share` reports the measured share for
 
 Prints one JSON line. Usage: python benchmarks/rollout_engine.py [--quick] [--json] [--policy NAME|PATH]
 
+`--decode-compare` (issue 38) runs only the engine's phases 1 + 2 (no baseline, no replay-cost timing), once
+with the fast forward (`LocalEngine(fast_decode=True)`, the default) and once with the original one
+(`fast_decode=False`; or `--reference-module PATH`: the LocalEngine of another version's engine.py, e.g. the code
+before issue 38), alternating, `--repeats` times in one process, each on a fresh engine: tokens/s of each
+(medians and runs), `fast_over_reference` = median of the per-pair ratios of fast / reference tokens/s,
+`cpu_ratio` = median of the per-pair ratios of the process CPU seconds of the two (fast / reference; with
+`--threads 1` it is the work done, less sensitive than wall time to other processes on a shared machine), and
+`max_abs_logprob_diff` = the largest difference of the two engines' log-probabilities over the turns whose tokens
+and contexts agree (with the same seeds they sample the same tokens up to floating-point ties; an episode's turns
+are compared up to its first differing turn).
+
 `--backend vllm` compares, in one run on the same agent workload, LocalEngine against vLLM servers (from
 .venv-vllm, `make vllm`) with 1 and 2 replicas behind `ReplicaPool` (docs/serving.md): tokens/s of roots +
 replays (medians over `--repeats` runs), the replay cost ratio (k replays from the half-trajectory save points /
@@ -194,6 +205,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--backend", choices=["local", "vllm"], default="local", help="vllm: servers vs LocalEngine"
     )
+    ap.add_argument(
+        "--decode-compare",
+        action="store_true",
+        help="engine only: the fast forward against the original one (fast_decode=False), alternating",
+    )
+    ap.add_argument(
+        "--reference-module",
+        default=None,
+        help="--decode-compare: take the reference LocalEngine from this engine.py (another version of the engine, "
+        "e.g. `git show REV:src/trace_rl/rollout/engine.py > /tmp/engine_rev.py`) instead of fast_decode=False",
+    )
     ap.add_argument("--replicas", default="1,2", help="--backend vllm: replica counts to run")
     ap.add_argument("--nice", type=int, default=0, help="--backend vllm: niceness of the servers")
     ap.add_argument("--no-local", action="store_true", help="--backend vllm: skip the LocalEngine runs")
@@ -206,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.backend == "vllm":
         return server_comparison(args)
+    if args.decode_compare:
+        return decode_compare(args)
     args.repeats = args.repeats or (1 if args.quick else 3)
     batch = args.batch or (16 if args.quick else 64)
     k = args.k or (2 if args.quick else 4)
@@ -299,6 +323,89 @@ def main(argv: list[str] | None = None) -> int:
         "full_rollout_tokens": sum(e.sampled_tokens for e in full),
         "anchors": len(anchors),
         "repeats": args.repeats,
+    }
+    print(json.dumps(out))
+    return 0
+
+
+def decode_compare(args: argparse.Namespace) -> int:
+    """The fast engine forward against the original one on the agent workload (phases 1 + 2), alternating."""
+    repeats = args.repeats or (2 if args.quick else 5)
+    batch = args.batch or (16 if args.quick else 64)
+    k = args.k or (2 if args.quick else 4)
+    mnt = args.max_new_tokens or (16 if args.quick else 32)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    policy = load_policy(args.policy, seed=args.seed)
+    tasks = toy_env.load_tasks("bench", batch, args.seed)
+    sampling = SamplingParams(max_new_tokens=mnt, temperature=1.0, top_p=1.0, seed=args.seed)
+    codec = ChatCodec(policy.tokenizer)
+    reference_cls: Any = None
+    if args.reference_module:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("reference_engine", args.reference_module)
+        if spec is None or spec.loader is None:
+            raise SystemExit(f"--reference-module: cannot load {args.reference_module}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["reference_engine"] = module  # dataclasses look their module up
+        spec.loader.exec_module(module)
+        reference_cls = module.LocalEngine
+    runs: dict[bool, list[float]] = {True: [], False: []}
+    forward_s: dict[bool, list[float]] = {True: [], False: []}
+    cpu_s: dict[bool, list[float]] = {True: [], False: []}
+    ratios: list[float] = []
+    cpu_ratios: list[float] = []
+    outputs: dict[bool, list[Episode]] = {}
+    for rep_i in range(repeats):
+        order = (True, False) if rep_i % 2 == 0 else (False, True)  # alternate which goes first
+        for fast in order:
+            size = max(batch, k * batch)
+            if fast or reference_cls is None:
+                engine = LocalEngine(policy, max_batch=size, max_rows=2 * size, fast_decode=fast)
+            else:
+                engine = reference_cls(policy, max_batch=size, max_rows=2 * size)
+            cpu0 = time.process_time()
+            roots, _, _, replays, wall = roots_then_replays(
+                engine, codec, tasks, sampling, args.max_turns, k, args.seed
+            )
+            cpu_s[fast].append(time.process_time() - cpu0)
+            runs[fast].append(sum(e.sampled_tokens for e in roots + replays) / wall)
+            forward_s[fast].append(engine.stats.forward_seconds)
+            outputs[fast] = roots + replays
+        ratios.append(runs[True][-1] / runs[False][-1])
+        cpu_ratios.append(cpu_s[True][-1] / cpu_s[False][-1])
+    diffs, agree, total = [0.0], 0, 0
+    for a, b in zip(outputs[True], outputs[False], strict=True):
+        for ta, tb in zip(a.turns, b.turns, strict=False):
+            total += 1
+            if not np.array_equal(ta.token_ids, tb.token_ids):
+                break  # later turns of this episode have different contexts
+            agree += 1
+            diffs.append(float(np.abs(ta.logprobs - tb.logprobs).max(initial=0.0)))
+    out = {
+        "policy": args.policy,
+        "batch": batch,
+        "k": k,
+        "max_turns": args.max_turns,
+        "max_new_tokens": mnt,
+        "threads": torch.get_num_threads(),
+        "repeats": repeats,
+        "reference": args.reference_module or "fast_decode=False",
+        "fast_tok_s": round(float(np.median(runs[True])), 1),
+        "reference_tok_s": round(float(np.median(runs[False])), 1),
+        "fast_over_reference": round(float(np.median(ratios)), 3),
+        "ratio_runs": [round(r, 3) for r in ratios],
+        "fast_tok_s_runs": [round(r, 1) for r in runs[True]],
+        "reference_tok_s_runs": [round(r, 1) for r in runs[False]],
+        "cpu_ratio": round(float(np.median(cpu_ratios)), 3),
+        "cpu_ratio_runs": [round(r, 3) for r in cpu_ratios],
+        "fast_cpu_s": round(float(np.median(cpu_s[True])), 2),
+        "reference_cpu_s": round(float(np.median(cpu_s[False])), 2),
+        "fast_forward_s": round(float(np.median(forward_s[True])), 2),
+        "reference_forward_s": round(float(np.median(forward_s[False])), 2),
+        "turns_same_tokens": f"{agree}/{total}",
+        "max_abs_logprob_diff": float(f"{max(diffs):.3g}"),
     }
     print(json.dumps(out))
     return 0

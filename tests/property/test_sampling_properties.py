@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 
 from trace_rl.rollout.backends import SamplingParams  # noqa: E402
-from trace_rl.rollout.engine import _common_prefix, _sample  # noqa: E402
+from trace_rl.rollout.engine import _common_prefix, _PromptSet, _sample  # noqa: E402
 
 logit_rows = st.lists(st.floats(-20, 20, allow_nan=False, width=32), min_size=2, max_size=12)
 
@@ -45,3 +45,19 @@ def test_common_prefix(a, b):
     n = _common_prefix(np.asarray(a, np.int64), np.asarray(b, np.int64))
     assert a[:n] == b[:n]
     assert n == min(len(a), len(b)) or a[n] != b[n]
+
+
+@given(
+    prompts=st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=80), max_size=20),
+    query=st.lists(st.integers(0, 3), min_size=1, max_size=90),
+)
+def test_prompt_set_longest_common_prefix_is_the_pairwise_max(prompts, query):
+    # the admission round's vectorised deferral test against the pairwise definition (grows past 8 rows and
+    # 64 columns)
+    got = _PromptSet()
+    q = np.asarray(query, np.int64)
+    for i, p in enumerate(prompts):
+        got.add(np.asarray(p, np.int64))
+        want = max(_common_prefix(q, np.asarray(x, np.int64)) for x in prompts[: i + 1])
+        assert got.longest_common_prefix(q) == want
+    assert prompts or got.longest_common_prefix(q) == 0

@@ -196,3 +196,103 @@ def test_prefix_source_row_not_reused_by_another_request_of_the_same_round(tiny_
     for prompt, c in [(a, ca), (b, cb)]:
         ref = reference_logprobs(tiny_policy.model, prompt + c.token_ids.tolist(), len(prompt))
         np.testing.assert_allclose(c.logprobs, ref, atol=1e-4)
+
+
+def _mixed_workload(eng):
+    """Concurrent multi-turn episodes with replays on one engine: varied prompt lengths, n, top-p, stop ids;
+    every episode's second turn extends its parked row, and replays copy a prefix of another row."""
+    import asyncio
+
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(0, 512, int(rng.integers(3, 90))).tolist() for _ in range(10)]
+
+    async def episode(i, prompt):
+        for _ in range(i):
+            await asyncio.sleep(0)  # staggered arrivals: requests join while others decode
+        sp = SamplingParams(6 + 3 * i, 1.0, top_p=0.9 if i % 2 else 1.0, seed=i, stop_ids=(i, 500))
+        first = await eng.generate(prompt, sp, n=1 + i % 3)
+        turn2 = prompt + first[0].token_ids.tolist() + [7, 8, 9][: 1 + i % 3]
+        second = await eng.generate(turn2, SamplingParams(8, 1.0, seed=100 + i, stop_ids=()))
+        replay = await eng.generate(turn2[: len(prompt) + 2], SamplingParams(5, 0.7, seed=200 + i), n=2)
+        return [(prompt, first), (turn2, second), (turn2[: len(prompt) + 2], replay)]
+
+    async def run():
+        return await asyncio.gather(*[episode(i, p) for i, p in enumerate(prompts)])
+
+    async def gap():
+        # A (row 0) and C decode long; B's six short completions (rows 1-6, plus row 7) finish early, and C,
+        # arriving while B decodes, takes row 8: the decode batch is then rows 0 and 8 with idle rows between
+        sp_long = SamplingParams(30, 1.0, seed=1, stop_ids=())
+
+        async def late():
+            for _ in range(3):
+                await asyncio.sleep(0)
+            return await eng.generate(prompts[2], sp_long)
+
+        a, b, c = await asyncio.gather(
+            eng.generate(prompts[0], sp_long),
+            eng.generate(prompts[1], SamplingParams(3, seed=2), n=7),
+            late(),
+        )
+        return [(prompts[0], a), (prompts[1], b), (prompts[2], c)]
+
+    return [asyncio.run(gap()), *asyncio.run(run())]
+
+
+def test_fast_forward_matches_reference_engine_and_model(tiny_policy):
+    # The fast forward (active rows only, attention on cache views per span) against the original forward
+    # (fast_decode=False) on the same requests: same tokens, log-probabilities within 1e-4 of each other and
+    # of the model's own forward, while spans with idle rows, masks for unequal lengths and several spans
+    # per step all occur (max_rows 24 > max_batch 12 leaves parked rows between active ones).
+    spans_seen = []
+    fast = LocalEngine(tiny_policy, max_batch=12, max_rows=24)
+    spans = fast._spans
+
+    def record(rows, start, length):
+        out = spans(rows, start, length)
+        if length == 1:  # decode steps
+            spans_seen.append(out)
+        return out
+
+    fast._spans = record
+    got = _mixed_workload(fast)
+    ref = _mixed_workload(LocalEngine(tiny_policy, max_batch=12, max_rows=24, fast_decode=False))
+    assert fast.stats.decode_steps > 20
+    assert any(len(s) > 1 for s in spans_seen)  # several spans in one step
+    assert any(sp[5] is not None for s in spans_seen for sp in s)  # a span with idle rows
+    assert any(sp[6] is not None for s in spans_seen for sp in s)  # a span with rows of unequal lengths
+    worst = 0.0
+    for ep_fast, ep_ref in zip(got, ref, strict=True):
+        for (prompt, cs), (prompt_ref, cs_ref) in zip(ep_fast, ep_ref, strict=True):
+            assert prompt == prompt_ref
+            for c, c_ref in zip(cs, cs_ref, strict=True):
+                assert c.token_ids.tolist() == c_ref.token_ids.tolist()
+                assert c.finish_reason == c_ref.finish_reason
+                worst = max(worst, float(np.abs(c.logprobs - c_ref.logprobs).max()))
+    assert worst <= 1e-4
+    # the model's own forward on the first and second turns (temperature 1; the replays sample at 0.7)
+    for ep in got:
+        for prompt, cs in ep[:2]:
+            for c in cs:
+                ref_lp = reference_logprobs(tiny_policy.model, prompt + c.token_ids.tolist(), len(prompt))
+                np.testing.assert_allclose(c.logprobs, ref_lp, atol=1e-4)
+
+
+def test_spans_split_at_idle_gaps_and_mask_unequal_rows(tiny_policy):
+    eng = LocalEngine(tiny_policy)
+    rows = np.array([0, 1, 2, 4, 20, 21])
+    start = np.array([5, 7, 7, 3, 9, 9])
+    spans = eng._spans(rows, start, 1)
+    assert [(lo, hi, a, b, total) for lo, hi, a, b, total, _, _ in spans] == [
+        (0, 5, 0, 4, 8),
+        (20, 22, 4, 6, 10),
+    ]
+    (_, _, _, _, _, local, mask), (_, _, _, _, _, local2, mask2) = spans
+    assert local.tolist() == [0, 1, 2, 4] and local2 is None and mask2 is None  # equal lengths: no mask
+    # True = may attend: row 0 (last position 5) sees keys 0..5 of 0..7, idle row 3 sees all
+    see = mask[:, 0, 0].numpy()
+    assert see[0].tolist() == [True] * 6 + [False] * 2 and see[3].all() and see[1].all()
+    # prefill (L = 3): causal per row from its start; True = may attend
+    (_, _, _, _, total, _, pmask), _ = eng._spans(rows, start, 3)
+    assert total == 10 and pmask.shape == (5, 1, 3, 10)
+    assert pmask[0, 0].numpy().sum(-1).tolist() == [6, 7, 8]

@@ -21,11 +21,16 @@ Design (docs/rollout.md):
 The forward pass is written here against the Llama/Qwen2/Qwen3 module layout of transformers (embed, RMSNorm,
 q/k/v/o projections with optional q/k norms, rotary embedding, gated MLP), reusing the model's own modules and
 weights; `tests/unit/test_engine.py` checks its logits against the model's own forward.
+- The forward (`_forward_rows`, issue 38) computes only the rows it is given (a decode step: the active ones)
+  and reads the cache in place, per span of nearby rows up to that span's longest row (`_spans`). On a CPU a
+  decode step is bound by memory traffic: the weights (once per step) and every active row's cached keys and
+  values (docs/benchmarks.md). `fast_decode=False` keeps the original forward as a reference.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -41,6 +46,8 @@ SUPPORTED = ("llama", "qwen2", "qwen3")
 FREE, ACTIVE, PARKED = 0, 1, 2
 DEFER_TOKENS = 8
 DEFER_SHARE = 0.9
+_RMS_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm")
+SPAN_GAP = 4  # decode: a run of more idle cache rows than this between active ones splits the attention
 
 
 @dataclass
@@ -84,13 +91,23 @@ class LocalEngine:
         max_batch: at most this many rows decode at once (a request with n > max_batch still runs, alone).
         max_rows: rows kept in the cache (active + parked); parked rows are evicted least recently used first.
         max_context: longest sequence (prompt + completion) in tokens; longer prompts raise ValueError.
+        fast_decode: every forward (decode steps and prefill) computes only its own rows, with attention over
+            views of the cache (`_forward_rows`); False runs the engine's original forward (decode over the
+            slice 0..max active row, prefill on gathered copies of its rows), kept as the reference the fast one
+            is tested against. Same tokens and log-probabilities up to floating-point rounding (about 1e-6).
 
     Raises:
         ValueError: unsupported model type or bad arguments.
     """
 
     def __init__(
-        self, policy: Any, *, max_batch: int = 64, max_rows: int | None = None, max_context: int = 4096
+        self,
+        policy: Any,
+        *,
+        max_batch: int = 64,
+        max_rows: int | None = None,
+        max_context: int = 4096,
+        fast_decode: bool = True,
     ):
         model = policy.model
         cfg = model.config
@@ -104,6 +121,7 @@ class LocalEngine:
         self.policy = policy
         self.stop_ids = frozenset(int(i) for i in policy.stop_ids)
         self.max_batch = max_batch
+        self.fast_decode = fast_decode
         self.max_rows = max_rows if max_rows is not None else 2 * max_batch
         if self.max_rows < max_batch:
             raise ValueError("max_rows must be >= max_batch")
@@ -195,6 +213,7 @@ class LocalEngine:
         returning episodes take over their parked rows first, so that no other request evicts them.
         """
         chosen: list[tuple[_Request, int, int]] = []
+        prompts = _PromptSet()
         waiting: list[_Request] = []
         busy = len(self._rows)
         while self._pending:
@@ -204,11 +223,12 @@ class LocalEngine:
             self._pending.pop(0)
             src, lcp = self._longest_prefix(req.prompt)
             if chosen:
-                shared = max(_common_prefix(req.prompt, c.prompt) for c, _, _ in chosen)
+                shared = prompts.longest_common_prefix(req.prompt)
                 if shared - lcp >= max(DEFER_TOKENS, DEFER_SHARE * (req.prompt.size - lcp)):
                     waiting.append(req)  # next round; later requests may still be admitted now
                     continue
             chosen.append((req, src, lcp))
+            prompts.add(req.prompt)
             busy += req.n
         self._pending[:0] = waiting
         if not chosen:
@@ -247,7 +267,18 @@ class LocalEngine:
         rows = np.asarray([row for _, row, _ in batch], np.int64)
         start = torch.as_tensor([lcp for _, _, lcp in batch], dtype=torch.long)
         self._ensure_positions(int(start.max()) + width + 1)
-        logits = self._forward(rows, ids.to(self.device), start.to(self.device), last=np.asarray(lengths) - 1)
+        if self.fast_decode:
+            order = np.argsort(rows)
+            logits = torch.empty(
+                len(batch), self.model.config.vocab_size, dtype=torch.float32, device=self.device
+            )
+            logits[torch.from_numpy(order).to(self.device)] = self._forward_rows(
+                rows[order], ids[order].to(self.device), start.numpy()[order], np.asarray(lengths)[order] - 1
+            )
+        else:
+            logits = self._forward(
+                rows, ids.to(self.device), start.to(self.device), last=np.asarray(lengths) - 1
+            )
         for i, (req, row, _) in enumerate(batch):
             self._cached[row] = req.prompt.size
             forks = [row]
@@ -298,22 +329,24 @@ class LocalEngine:
     def _decode_step(self) -> None:
         active = np.fromiter(self._rows.keys(), dtype=np.int64)
         active.sort()
-        hi = int(active[-1]) + 1
+        rows = [self._rows[int(r)] for r in active]
+        pending = np.fromiter((r.pending for r in rows), dtype=np.int64, count=len(rows))
         self._ensure_positions(int(self._cached[active].max()) + 2)
-        ids = torch.zeros(hi, 1, dtype=torch.long)
-        start = torch.zeros(hi, dtype=torch.long)
-        ids[active, 0] = torch.as_tensor([self._rows[int(r)].pending for r in active])
-        start[active] = torch.as_tensor(self._cached[active])
-        self._tok[active, self._cached[active]] = [self._rows[int(r)].pending for r in active]
-        logits = self._forward(slice(0, hi), ids.to(self.device), start.to(self.device), write=active)
+        self._tok[active, self._cached[active]] = pending
+        if self.fast_decode:
+            ids = torch.from_numpy(pending[:, None]).to(self.device)
+            logits = self._forward_rows(active, ids, self._cached[active])
+        else:
+            hi = int(active[-1]) + 1
+            ids = torch.zeros(hi, 1, dtype=torch.long)
+            start = torch.zeros(hi, dtype=torch.long)
+            ids[active, 0] = torch.from_numpy(pending)
+            start[active] = torch.as_tensor(self._cached[active])
+            logits = self._forward(slice(0, hi), ids.to(self.device), start.to(self.device), write=active)
+            logits = logits[torch.as_tensor(active, device=logits.device)]
         self._cached[active] += 1
         self.stats.decode_steps += 1
-        rows = [self._rows[int(r)] for r in active]
-        toks, lps = _sample(
-            logits[torch.as_tensor(active, device=logits.device)],
-            [r.request.sampling for r in rows],
-            [r.generator for r in rows],
-        )
+        toks, lps = _sample(logits, [r.request.sampling for r in rows], [r.generator for r in rows])
         for j, r in enumerate(active):
             self._record(int(r), int(toks[j]), float(lps[j]))
 
@@ -371,13 +404,17 @@ class LocalEngine:
             self._grow(self._rows_cap, max(needed, min(2 * self._pos_cap, self.max_context + 1)))
 
     def _grow(self, rows: int, positions: int) -> None:
+        # every entry is zero or a computed key/value (masked-out ones must stay finite): each new tensor is
+        # written once, the old block copied and the rest zeroed
         shape = (rows, self.n_kv, positions, self.head_dim)
-        new_k = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.n_layers)]
-        new_v = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.n_layers)]
+        new_k = [torch.empty(shape, dtype=self.dtype, device=self.device) for _ in range(self.n_layers)]
+        new_v = [torch.empty(shape, dtype=self.dtype, device=self.device) for _ in range(self.n_layers)]
         r0, p0 = self._rows_cap, self._pos_cap
-        if self._k:
-            for old, new in zip(self._k + self._v, new_k + new_v, strict=True):
-                new[:r0, :, :p0] = old
+        for i, new in enumerate(new_k + new_v):
+            if self._k:
+                new[:r0, :, :p0] = (self._k + self._v)[i]
+            new[:r0, :, p0:].zero_()
+            new[r0:].zero_()
         tok = np.zeros((rows, positions), np.int64)
         tok[:r0, :p0] = self._tok
         self._k, self._v, self._tok = new_k, new_v, tok
@@ -453,6 +490,157 @@ class LocalEngine:
         logits = self.model.lm_head(m.norm(x[torch.arange(n_rows, device=dev), pick]))
         self.stats.forward_seconds += time.perf_counter() - t0
         return logits.float()
+
+    @torch.inference_mode()
+    def _forward_rows(
+        self, rows: np.ndarray, ids: torch.Tensor, start: np.ndarray, last: np.ndarray | None = None
+    ) -> torch.Tensor:
+        """Run ids (R, L) at positions start[r] + (0..L-1) of cache rows `rows` (distinct, ascending); store
+        their keys/values and return logits (R, V) float32 at index last[r] of each row (default L-1).
+
+        Same arithmetic as `_forward`, but only the given rows are computed and attention reads the cache in
+        place: per span of nearby rows (`_spans`), a view up to that span's longest row (no gathered copy of
+        the rows, no padding to the longest row of the batch). Decode (L = 1) attends with two batched
+        products over the G query heads of each key/value head (no key/value repeat; float32); prefill (L > 1)
+        and other dtypes with scaled_dot_product_attention on the views.
+        """
+        t0 = time.perf_counter()
+        m = self.model.model
+        dev = self.device
+        n, length = ids.shape
+        hd = self.head_dim
+        rows_t = torch.from_numpy(rows).to(dev)
+        pos = torch.from_numpy(start[:, None] + np.arange(length)[None, :]).to(dev)  # (R, L)
+        spans = self._spans(rows, start, length)
+        # decode in float32: two batched products per span (lower precisions go through SDPA, whose softmax
+        # accumulates in float32)
+        manual = length == 1 and self.dtype == torch.float32
+        hidden = {sp[0]: ~sp[6] for sp in spans if manual and sp[6] is not None}  # keys a row must not see
+        x = m.embed_tokens(ids)  # (R, L, H)
+        cos, sin = m.rotary_emb(x, pos)  # (R, L, D)
+        cos, sin = cos[:, None], sin[:, None]
+        for layer, kc, vc in zip(m.layers, self._k, self._v, strict=True):
+            attn = layer.self_attn
+            h = _rms_norm(layer.input_layernorm, x)
+            shape = (n, length, -1, hd)
+            q = attn.q_proj(h).view(shape)
+            k = attn.k_proj(h).view(shape)
+            v = attn.v_proj(h).view(shape)
+            if hasattr(attn, "q_norm"):
+                q, k = _rms_norm(attn.q_norm, q), _rms_norm(attn.k_norm, k)
+            q, k = q.transpose(1, 2), k.transpose(1, 2)  # (R, heads, L, D)
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            kc[rows_t[:, None], :, pos] = k.transpose(1, 2)
+            vc[rows_t[:, None], :, pos] = v
+            outs = []
+            for lo, hi, a, b, total, local, mask in spans:
+                qs = q[a:b]
+                if local is not None:  # idle rows inside the span get zero queries; their output is dropped
+                    qs = q.new_zeros(hi - lo, *q.shape[1:])
+                    qs[local] = q[a:b]
+                keys, values = kc[lo:hi, :, :total], vc[lo:hi, :, :total]  # views
+                if manual:
+                    qs = (qs * attn.scaling).reshape(hi - lo, self.n_kv, -1, hd)  # (rows, KV, G, D)
+                    scores = torch.matmul(qs, keys.transpose(-1, -2))  # (rows, KV, G, T)
+                    if mask is not None:
+                        scores.masked_fill_(hidden[lo], float("-inf"))
+                    o = torch.matmul(scores.softmax(-1), values).reshape(hi - lo, 1, -1)
+                else:
+                    o = F.scaled_dot_product_attention(
+                        qs, keys, values, attn_mask=mask, scale=attn.scaling, enable_gqa=True
+                    )
+                    o = o.transpose(1, 2).reshape(hi - lo, length, -1)  # (rows, L, Hq * D)
+                outs.append(o if local is None else o[local])
+            out = outs[0] if len(outs) == 1 else torch.cat(outs)
+            x = x + attn.o_proj(out)
+            x = x + layer.mlp(_rms_norm(layer.post_attention_layernorm, x))
+        if last is None:
+            x = x[:, -1]
+        else:
+            x = x[torch.arange(n, device=dev), torch.from_numpy(last).to(dev)]
+        logits = self.model.lm_head(_rms_norm(m.norm, x))
+        self.stats.forward_seconds += time.perf_counter() - t0
+        return logits.float()
+
+    def _spans(
+        self, rows: np.ndarray, start: np.ndarray, length: int
+    ) -> list[tuple[int, int, int, int, int, torch.Tensor | None, torch.Tensor | None]]:
+        """Split the ascending cache rows of a forward into spans that attention reads as one view each.
+
+        A gap of more than SPAN_GAP idle rows starts a new span (reading an idle row's cache costs more than a
+        few extra operations). Returns per span (lo, hi, a, b, total, local, mask): cache rows lo..hi-1, of
+        which rows[a:b] are computed; total = 1 + the span's last position (keys read); local = the computed
+        rows' offsets in the span (None when there is no idle row); mask = bool (rows, 1, L, total), True where
+        a query may attend (causal from each row's start; None for decode when all rows end at the same
+        position). Idle rows see every key.
+        """
+        cuts = np.flatnonzero(np.diff(rows) > SPAN_GAP + 1) + 1
+        bounds = [0, *cuts.tolist(), rows.size]
+        spans = []
+        for a, b in itertools.pairwise(bounds):
+            lo, hi = int(rows[a]), int(rows[b - 1]) + 1
+            total = int(start[a:b].max()) + length
+            dense = hi - lo == b - a
+            local = None if dense else torch.from_numpy(rows[a:b] - lo).to(self.device)
+            mask = None
+            if length > 1 or not (dense and bool((start[a:b] == total - 1).all())):
+                first = np.full(hi - lo, total - length, np.int64)  # idle rows: every key visible
+                first[rows[a:b] - lo] = start[a:b]
+                qpos = first[:, None] + np.arange(length)[None, :]  # (rows, L)
+                see = np.arange(total)[None, None, :] <= qpos[:, :, None]  # (rows, L, T)
+                mask = torch.from_numpy(see[:, None]).to(self.device)
+            spans.append((lo, hi, a, b, total, local, mask))
+        return spans
+
+
+def _rms_norm(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """norm(x) for the RMSNorm of llama/qwen2/qwen3 (weight * x / sqrt(mean(x^2) + eps)) in one fused op
+    (`F.rms_norm`, the same values for float32 inputs); any other module is called as it is."""
+    eps = getattr(norm, "variance_epsilon", None)
+    weight = getattr(norm, "weight", None)
+    if (
+        x.dtype != torch.float32
+        or eps is None
+        or not isinstance(weight, torch.Tensor)
+        or type(norm).__name__ not in _RMS_NORMS
+    ):
+        out: torch.Tensor = norm(x)
+        return out
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """(-x2, x1) of the halves of the last dim, as transformers' rotate_half."""
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+class _PromptSet:
+    """Token-id prompts (int64 >= 0) as rows of one -1-padded matrix: the longest common prefix of a prompt with
+    any of them in one numpy pass (the admission round's deferral test; `_common_prefix` pairwise, vectorised)."""
+
+    def __init__(self) -> None:
+        self._mat = np.full((8, 64), -1, np.int64)
+        self._n = 0
+
+    def add(self, prompt: np.ndarray) -> None:
+        rows, width = self._mat.shape
+        if self._n == rows or prompt.size > width:
+            grown = np.full((2 * rows if self._n == rows else rows, max(width, prompt.size)), -1, np.int64)
+            grown[: self._n, :width] = self._mat[: self._n]
+            self._mat = grown
+        self._mat[self._n, : prompt.size] = prompt
+        self._mat[self._n, prompt.size :] = -1
+        self._n += 1
+
+    def longest_common_prefix(self, prompt: np.ndarray) -> int:
+        """max over the set of the common prefix length with `prompt` (0 for an empty set)."""
+        if self._n == 0:
+            return 0
+        m = min(prompt.size, self._mat.shape[1])
+        eq = self._mat[: self._n, :m] == prompt[None, :m]
+        return int(np.cumprod(eq, axis=1).sum(axis=1).max()) if m else 0
 
 
 def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
