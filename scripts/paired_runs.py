@@ -101,7 +101,11 @@ def main(argv: list[str] | None = None) -> int:
             if not any(r.get("kind") == "eval" for r in logs[label, seed]):
                 print(f"no held-out evaluation in {path}: nothing to summarise", file=sys.stderr)
                 return 2
-            configs[label, seed] = _config(path.with_name("config.json"))
+            try:
+                configs[label, seed] = _config(path.with_name("config.json"))
+            except ValueError as exc:
+                print(exc, file=sys.stderr)
+                return 2
     refusal = check_runs(logs, configs, allow_partial=args.allow_partial)
     if refusal:
         print(refusal, file=sys.stderr)
@@ -166,12 +170,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _config(path: Path) -> dict | None:
-    """A run's config.json as a dict; None where there is none or it does not parse (unknown)."""
+    """A run's config.json as a dict; None where there is none (a run kept before configs were; unknown).
+
+    Raises:
+        ValueError: the file is there but unreadable or not a JSON object (a damaged run is refused, not paired
+            as one whose state is unknown).
+    """
+    if not path.exists():
+        return None
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"unreadable {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"unreadable {path}: not a JSON object")
+    return data
 
 
 def check_runs(

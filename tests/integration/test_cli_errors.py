@@ -132,3 +132,24 @@ class _Exec:
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (exec, (self.code,))
+
+
+def test_common_mistakes_found_in_review_are_one_line(tmp_path, capsys) -> None:
+    # an unknown method in compare, a bad --lr for sft, a damaged config.json on resume: the user's to fix
+    cases = [
+        (
+            ["compare", "--preset", "smoke", "--out", str(tmp_path / "c"), "--methods", "grpo,nonesuch"],
+            "nonesuch",
+        ),
+        (["sft", "--env", "math_python", "--out", str(tmp_path / "s"), "--lr", "-1", "--steps", "1"], "lr"),
+        (["lab", "claims", "--seed", "-5", "--seeds", "2", "--steps", "1"], "--seed"),
+    ]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{not json")
+    cases.append((["train", "--resume", str(run)], "damaged"))
+    for argv, needle in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and needle in lines[0] and "internal error" not in err, (argv, err)

@@ -314,6 +314,12 @@ def test_paired_runs_refuses_unfinished_runs_and_mixed_warm_starts(tmp_path: Pat
     old = paired(*args)
     assert old.returncode == 0 and "provenance unknown" in old.stderr
 
+    # a damaged config.json is refused, not read as "unknown" (which would skip the unfinished-run check)
+    (tmp_path / "grpo" / "seed_1" / "config.json").write_text("{trunc")
+    damaged = paired(*args)
+    assert damaged.returncode == 2 and len(damaged.stderr.strip().splitlines()) == 1
+    assert "unreadable" in damaged.stderr and "grpo/seed_1/config.json" in damaged.stderr
+
 
 def test_compare_pairs_get_a_bootstrap_interval_from_three_seeds() -> None:
     from trace_rl.train.compare import paired_differences

@@ -77,9 +77,16 @@ def test_groups_without_a_source_branch_uniformly_and_costs_are_respected() -> N
     assert int(k.sum()) == 6  # TreePO's uniform branching spends the budget
     tails = tail_anchors(_tree_mostly_failing(), [a.node for a in _tree_mostly_failing().anchors()])
     cost = np.array([2, 3, 1, 1, 1, 1])  # A's anchors (nodes 1, 2) cost 2 and 3 units
-    k = prefix_sampling_prefixes(tails, 7, np.random.default_rng(1), cost)
-    assert int((k * cost).sum()) <= 7 and k[2:].sum() == 0
-    assert 7 - int((k * cost).sum()) < 2  # stops only when no source anchor is affordable
+    for seed in range(10):
+        k = prefix_sampling_prefixes(tails, 7, np.random.default_rng(seed), cost)
+        assert int((k * cost).sum()) == 7  # the cost-1 anchors pay for what A's anchors cannot
+        assert int((k[:2] * cost[:2]).sum()) >= 6  # A's anchors first, while one of them is affordable
+    # no source anchor is affordable at all: the budget still goes to uniform branching
+    dear = TailAnchors(
+        np.array([0, 0, 1, 2]), np.array([2, 1, 1, 1]), np.array([1.0, 0, 0, 0]), np.array([3, 2, 2, 2])
+    )
+    k = prefix_sampling_prefixes(dear, 5, np.random.default_rng(0), np.array([6, 6, 1, 1]))
+    assert k.tolist()[:2] == [0, 0] and int(k.sum()) == 5
     assert prefix_sampling_prefixes(tails, 0, np.random.default_rng(0)).tolist() == [0] * 6
     with pytest.raises(ValueError, match="cost"):
         prefix_sampling_prefixes(tails, 4, np.random.default_rng(0), np.array([1, 0, 1, 1, 1, 1]))

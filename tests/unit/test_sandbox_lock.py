@@ -87,3 +87,28 @@ def test_a_planted_lock_symlink_is_not_followed(locks: Path, tmp_path: Path, mon
         before.st_mtime_ns,
     )
     assert (locks / "60001").is_symlink() and not (locks / "60002").exists()
+
+
+def test_the_default_backend_reports_an_unsafe_folder_not_a_missing_sandbox(locks: Path) -> None:
+    # backend="auto" probes the backends; an unsafe lock folder must reach the user as itself, not as "no sandbox
+    # backend works here" (the probe used to swallow it as a backend that does not work)
+    if os.geteuid() != 0:  # a non-root call uses no lock folder: nothing to refuse
+        assert not locks.exists()
+        return
+    locks.mkdir()
+    locks.chmod(0o777)
+    sandbox._backend_works.cache_clear()
+    try:
+        with pytest.raises(sandbox.SandboxLockError, match="it must be 0700"):
+            sandbox.run_python("print(1)")
+    finally:
+        sandbox._backend_works.cache_clear()
+
+
+def test_no_working_backend_is_an_os_error_not_a_failed_tool_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    # an OSError: the CLI prints it as one line, and an env's call_tool (which turns ValueErrors into failed turns)
+    # lets it stop the run instead of failing every call silently
+    monkeypatch.setattr(sandbox, "available_backends", lambda: [])
+    with pytest.raises(sandbox.SandboxUnavailableError, match="no sandbox backend works here") as info:
+        sandbox.run_python("print(1)")
+    assert isinstance(info.value, OSError) and not isinstance(info.value, ValueError)

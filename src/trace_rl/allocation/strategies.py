@@ -418,8 +418,8 @@ def prefix_sampling_prefixes(
     The source rollouts are `prefix_sampling_sources` of the group. Each replay picks a source rollout uniformly at
     random (every minority trajectory seeds the group equally), then one of its turn prefixes uniformly at random
     (the paper's prefix length is adaptive and unpublished in detail: every depth equally likely is our reading),
-    while it is affordable; so the whole local budget is spent, as every method's is. A group without a source
-    (balanced, unanimous, or whose source rollouts have no turn prefix) spends its budget as `random_prefixes`
+    while one is affordable; what is left when none is (token-priced budgets) and the whole budget of a group
+    without a source (balanced, unanimous, or whose source rollouts have no turn prefix) is spent as `random_prefixes`
     (TreePO's uniform branching over all anchors): the paper leaves such groups alone, but equal budget must go
     somewhere, and uniform branching is the neutral choice (docs/allocation.md, "prefix_sampling").
 
@@ -447,11 +447,13 @@ def prefix_sampling_prefixes(
         ok = eligible & (costs <= left)
         rollouts = np.unique(tails.rollout[ok])
         if rollouts.size == 0:
-            return k
+            break
         r = int(rng.choice(rollouts))
         pick = int(rng.choice(np.flatnonzero(ok & (tails.rollout == r))))
         k[pick] += 1
         left -= int(costs[pick])
+    # token-priced budgets: what no source anchor can pay for still goes to uniform branching over all anchors
+    return k + random_prefixes(np.zeros(j), left, rng, costs)
 
 
 # -------------------------------------------------------------------------------------------- the methods

@@ -60,10 +60,12 @@ def run(args: argparse.Namespace) -> int:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not methods:
         raise UsageError("--methods needs at least one method")
+    from trace_rl.cli.main import user_input
     from trace_rl.train.compare import parse_variant
 
     for m in methods:
-        get_method(parse_variant(m)[1])
+        with user_input("--methods: "):
+            get_method(parse_variant(m)[1])
     if args.seeds < 1:
         raise UsageError("--seeds must be at least 1")
     if args.jobs < 1:

@@ -62,6 +62,8 @@ def run_claims_cmd(args: argparse.Namespace) -> int:
         raise UsageError(f"--seeds must be at least 2 for a confidence interval; got {args.seeds}")
     if args.steps < 1:
         raise UsageError(f"--steps must be at least 1; got {args.steps}")
+    if args.seed < 0:
+        raise UsageError(f"--seed must be >= 0; got {args.seed}")
     start = time.perf_counter()
     results = run_claims(seeds=args.seeds, steps=args.steps, base_seed=args.seed)
     elapsed = time.perf_counter() - start
@@ -108,6 +110,8 @@ def run_predictor_cmd(args: argparse.Namespace) -> int:
         raise UsageError(f"--seeds must be at least 2 for a confidence interval; got {args.seeds}")
     if args.eval_prompts < 2:
         raise UsageError(f"--eval-prompts must be at least 2; got {args.eval_prompts}")
+    if args.seed < 0:
+        raise UsageError(f"--seed must be >= 0; got {args.seed}")
     if args.threads < 1:
         raise UsageError(f"--threads must be at least 1; got {args.threads}")
     import torch

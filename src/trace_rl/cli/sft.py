@@ -47,8 +47,18 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from trace_rl.cli._envs import resolve_env
+    from trace_rl.cli.main import user_input
     from trace_rl.policy import load_policy
     from trace_rl.policy.sft import SFTConfig, build_sft_examples, train_sft
+
+    with user_input():  # SFTConfig checks the command's own --steps, --batch-size, --lr, --eval-every, --seed
+        cfg = SFTConfig(
+            steps=args.steps,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            eval_every=args.eval_every,
+            seed=args.seed,
+        )
     from trace_rl.rollout.agent import ChatCodec
     from trace_rl.rollout.backends import SamplingParams
     from trace_rl.rollout.engine import LocalEngine
@@ -74,9 +84,6 @@ def run(args: argparse.Namespace) -> int:
         m = success_spread(engine, factory, codec, eval_tasks, greedy, samples=1, max_turns=args.max_turns)
         return {"greedy_success": m["mean_success"]}
 
-    cfg = SFTConfig(
-        steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every, seed=args.seed
-    )
     result = train_sft(
         policy.model,
         examples,

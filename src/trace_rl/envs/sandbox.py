@@ -22,7 +22,8 @@ The launcher starts with an empty environment so nothing of the caller's environ
 
 Only the interpreter's standard library is available inside (``python -I -S``: no site-packages, no project
 files). ``backend="none"`` runs the code unsandboxed (limits only) and must be asked for explicitly; it is
-never a silent fallback. ``run_python`` raises RuntimeError when no isolating backend works on this machine.
+never a silent fallback. ``run_python`` raises `SandboxUnavailableError` (an OSError) when no isolating backend
+works on this machine.
 """
 
 from __future__ import annotations
@@ -231,6 +232,13 @@ class SandboxLockError(PermissionError):
     """The folder of the sandbox's per-call uid locks is not safe to use (see `lock_dir`); one line, no bug."""
 
 
+class SandboxUnavailableError(OSError):
+    """No isolating backend works on this machine (a setup problem, not a bug: the CLI prints it as one line).
+
+    An OSError, not a ValueError: an env's ``call_tool`` turns ValueErrors into failed turns, and a machine without a
+    sandbox must stop the run, not fail every tool call silently."""
+
+
 def lock_dir() -> str:
     """Path of the folder holding the per-call uid locks of a root caller: ``$TMPDIR/trace-rl-sandbox-uids``."""
     return os.path.join(tempfile.gettempdir(), "trace-rl-sandbox-uids")
@@ -420,6 +428,8 @@ def _backend_works(backend: str) -> bool:
     """Probe a backend once per process: run ``print(6*7)`` and expect ``42``."""
     try:
         result = _run_with(backend, "print(6*7)", 10.0, 256, DEFAULT_MAX_PROCS, 1024)
+    except SandboxLockError:
+        raise  # an unsafe lock folder is the user's to fix, not a backend that does not work
     except (OSError, subprocess.SubprocessError):
         return False
     return result.returncode == 0 and result.stdout.strip() == "42"
@@ -485,7 +495,7 @@ def run_python(
 
     Raises:
         ValueError: bad limits or backend name.
-        RuntimeError: ``backend="auto"`` and no isolating backend works here (bwrap missing and unshare
+        SandboxUnavailableError: ``backend="auto"`` and no isolating backend works here (bwrap missing and unshare
             not permitted); the message says how to fix it.
     """
     if not timeout_s > 0:
@@ -497,7 +507,7 @@ def run_python(
     if backend == "auto":
         backends = available_backends()
         if not backends:
-            raise RuntimeError(
+            raise SandboxUnavailableError(
                 "no sandbox backend works here: install bubblewrap (apt-get install bubblewrap) or run as "
                 "root so `unshare` can create namespaces; pass backend='none' to run unsandboxed on purpose"
             )

@@ -115,7 +115,18 @@ def resume_config(out: str | Path) -> TrainConfig:
     path = Path(out) / "config.json"
     if not path.exists():
         raise UserError(f"{out} holds no config.json: not a trace-rl run folder")
-    return config_from_dict(config_dict(json.loads(path.read_text())))
+    return config_from_dict(config_dict(_read_config(path)))
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    """A run's config.json as a dict; UserError (one line) when it is damaged."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UserError(f"{path} is damaged ({exc}); it is not a config trace-rl wrote") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} is damaged: a JSON {type(data).__name__}, not a config object")
+    return data
 
 
 def clear_run(out: str | Path) -> None:
@@ -138,7 +149,7 @@ def check_same_config(cfg: TrainConfig, out: str | Path) -> None:
     path = Path(out) / "config.json"
     if not path.exists():
         return
-    saved = config_from_dict(config_dict(json.loads(path.read_text())))
+    saved = config_from_dict(config_dict(_read_config(path)))
     runtime = {key: getattr(cfg, key) for key in RUNTIME_KEYS}
     if replace(saved, **runtime) != cfg:
         raise UserError(
