@@ -81,7 +81,7 @@ RANGES: dict[str, Range] = {
     "seed": _SEED,
     "eval_every": Range(0, note="0 disables evaluation"),
     "checkpoint_every": _AT_LEAST_1,
-    "threads": Range(0, note="0 = min(cores, 4)"),
+    "threads": Range(0, 1024, note="0 = min(cores, 4); more threads than cores only oversubscribes them"),
     "env.max_turns": _AT_LEAST_1,
     "env.pool_size": _AT_LEAST_1,
     "env.train_limit": Range(1, note="or none for every task"),
@@ -129,7 +129,7 @@ RANGES: dict[str, Range] = {
     "predictor.history_decay": Range(0, 1, lo_open=True),
     "backend.replicas": _AT_LEAST_1,
     "backend.max_in_flight": _AT_LEAST_1,
-    "backend.threads": _AT_LEAST_1,
+    "backend.threads": Range(1, 1024, note="more threads than cores only oversubscribes them"),
     "backend.nice": Range(0, 19, note="niceness only lowers priority"),
     "backend.kv_cache_gib": Range(1, note="whole GiB"),
 }
