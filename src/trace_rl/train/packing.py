@@ -301,14 +301,17 @@ def tree_mask_support(model: Any) -> bool:
 
 def _probe_error(model: Any) -> float:
     """Max |packed - padded| turn-token log-probability on two paths that share their prompt and first 2 turn
-    tokens (the second path's last token sits after the first path's tokens in the packed row)."""
+    tokens and then differ for 3 and 2 tokens (the later branch in the packed row is predicted from positions
+    after the earlier branch's tokens, which a model that ignores the mask would attend to)."""
     import torch
 
     from trace_rl.train.update import sequence_logprobs
 
     vocab = int(model.get_input_embeddings().weight.shape[0])
-    ids = np.random.default_rng(0).integers(0, vocab, 9)
-    prompt, first, second = ids[:3], ids[3:8], np.r_[ids[3:5], ids[8]]
+    ids = np.random.default_rng(0).integers(0, vocab, 10)
+    ids[8] = ids[5] + 1 if ids[8] == ids[5] else ids[8]  # the branches differ at their third token
+    ids %= vocab
+    prompt, first, second = ids[:3], ids[3:8], np.r_[ids[3:5], ids[8:10]]
     rows = [
         PathTokens(
             leaf=0,
