@@ -170,11 +170,18 @@ def norm_error(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
     ("micro_tokens", "minibatches", "rows"), [(0, 1, "count"), (96, 2, "count"), (48, 2, "drop")]
 )
 def test_one_optimizer_step_gives_the_padded_updates_weights(
-    tiny_policy, float64_norms: None, loss_agg: str, kl_coef: float, micro_tokens: int, minibatches: int, rows: str
+    tiny_policy,
+    float64_norms: None,
+    loss_agg: str,
+    kl_coef: float,
+    micro_tokens: int,
+    minibatches: int,
+    rows: str,
 ) -> None:
     trees = replay_trees()
     ref = _double(tiny_policy.model)
-    with torch.no_grad():  # a reference policy that differs from the trained one, so the KL term has a gradient
+    # a reference policy that differs from the trained one, so the KL term has a gradient
+    with torch.no_grad():
         gen = torch.Generator().manual_seed(0)
         for p in ref.parameters():
             p.add_(0.01 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
@@ -220,7 +227,9 @@ def test_float32_models_agree_to_float32_rounding(tiny_policy) -> None:
     start = copy.deepcopy(tiny_policy.model)
     moved = {}
     for packing in ("none", "tree"):
-        settings = UpdateSettings(estimator="treerpo", minibatches=2, micro_tokens=96, packing=packing, kl_coef=0.0)
+        settings = UpdateSettings(
+            estimator="treerpo", minibatches=2, micro_tokens=96, packing=packing, kl_coef=0.0
+        )
         moved[packing], _ = _step(copy.deepcopy(start), trees, settings, None, "sgd")
     assert norm_error(moved["tree"], moved["none"]) <= 1e-5
 
@@ -266,6 +275,6 @@ def test_packing_setting_is_validated() -> None:
         UpdateSettings(packing="trie")
     from trace_rl.train.config import ConfigError, load_config
 
-    with pytest.raises(ConfigError, match="optim.packing"):
+    with pytest.raises(ConfigError, match=r"optim\.packing"):
         load_config(preset="smoke", overrides=["optim.packing=padded"])
     assert load_config(preset="smoke").optim.packing == "tree"

@@ -261,7 +261,8 @@ def packed_logprobs(
         position_ids=torch.as_tensor(pos, device=device),
     ).logits
     flat = [torch.as_tensor(np.concatenate(a), device=device) for a in (src_row, src_pos, src_tok)]
-    picked = upcast(logits[flat[0], flat[1]]) / temperature  # (K, V): only the positions that predict a turn token
+    # (K, V): only the positions that predict a turn token
+    picked = upcast(logits[flat[0], flat[1]]) / temperature
     logp = torch.log_softmax(picked, dim=-1).gather(-1, flat[2][:, None]).squeeze(-1)
     out = torch.zeros((len(rows), span), dtype=logp.dtype, device=device)
     out[torch.as_tensor(np.concatenate(dst_path)), torch.as_tensor(np.concatenate(dst_col))] = logp

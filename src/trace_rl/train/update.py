@@ -33,7 +33,7 @@ import numpy as np
 
 from trace_rl.advantages import grpo_advantages, token_advantages, tree_grpo_advantages, treerpo_advantages
 from trace_rl.advantages.tokens import PathTokens
-from trace_rl.train.packing import plan_packed_passes, packed_logprobs, tree_mask_support
+from trace_rl.train.packing import packed_logprobs, plan_packed_passes, tree_mask_support
 from trace_rl.tree import REWARD_ATOL, RolloutTree
 
 ESTIMATORS: dict[str, Callable[..., np.ndarray]] = {
@@ -248,7 +248,9 @@ def forward_passes(
     out: list[tuple[list[PathTokens], list[list[int]] | None, float, float, int]] = []
     for p in plan_packed_passes(batch, settings.micro_tokens):
         group = [batch[i] for i in p.paths]
-        out.append((group, p.rows, *_pass_weights(group, batch, settings, total_tokens, total_rows), p.tokens))
+        out.append(
+            (group, p.rows, *_pass_weights(group, batch, settings, total_tokens, total_rows), p.tokens)
+        )
     return out
 
 
