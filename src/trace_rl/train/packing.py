@@ -326,7 +326,12 @@ def _probe_error(model: Any) -> float:
         )
         for t in (first, second)
     ]
-    with torch.no_grad():
-        packed = packed_logprobs(model, rows, [[0, 1]], 1.0, 0)
-        padded = sequence_logprobs(model, rows, 1.0, 0)
+    training = bool(getattr(model, "training", False))
+    model.eval()  # no dropout: the two forwards must be comparable
+    try:
+        with torch.no_grad():
+            packed = packed_logprobs(model, rows, [[0, 1]], 1.0, 0)
+            padded = sequence_logprobs(model, rows, 1.0, 0)
+    finally:
+        model.train(training)
     return float((packed - padded).abs().max())
