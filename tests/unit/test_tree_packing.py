@@ -121,6 +121,24 @@ def test_packed_logprobs_match_the_padded_ones_path_by_path(tiny_policy, float64
     assert float(per_path.max()) <= 1e-5
 
 
+@pytest.mark.parametrize(("micro_tokens", "row_tokens"), [(0, 0), (0, 100), (0, 40), (200, 0), (200, 100)])
+def test_packed_passes_hold_every_path_once_within_their_limits(micro_tokens: int, row_tokens: int) -> None:
+    from trace_rl.train.packing import full_sequence
+
+    rows = path_rows(replay_trees(), UpdateSettings())
+    passes = plan_packed_passes(rows, micro_tokens, row_tokens)
+    assert sorted(i for p in passes for i in p.paths) == list(range(len(rows)))
+    for p in passes:
+        assert sorted(k for g in p.rows for k in g) == list(range(len(p.paths)))
+        sizes = [pack_sequences([full_sequence(rows[p.paths[k]]) for k in g]).size for g in p.rows]
+        assert p.tokens == len(sizes) * max(sizes)
+        assert micro_tokens == 0 or p.tokens <= micro_tokens or len(sizes) == 1
+        for g, size in zip(p.rows, sizes, strict=True):
+            assert len({rows[p.paths[k]].prompt_ids.tobytes() for k in g}) == 1  # one prompt per packed row
+            for cap in (micro_tokens, row_tokens):
+                assert cap == 0 or size <= cap or len(g) == 1
+
+
 def test_packed_logprobs_match_on_a_llama_model(float64_norms: None) -> None:
     # SmolLM2 (the HF presets' policy) is a Llama: a tiny random one has the same attention code
     from transformers import LlamaConfig, LlamaForCausalLM
