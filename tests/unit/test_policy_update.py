@@ -199,15 +199,20 @@ def uneven_tree(rng: np.random.Generator) -> RolloutTree:
     "loss_agg", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 )
 @pytest.mark.parametrize("kl_coef", [0.0, 0.1])
-def test_micro_batches_give_the_whole_minibatchs_gradient(tiny_policy, loss_agg: str, kl_coef: float) -> None:
+@pytest.mark.parametrize("packing", ["none", "tree"])
+def test_micro_batches_give_the_whole_minibatchs_gradient(
+    tiny_policy, loss_agg: str, kl_coef: float, packing: str
+) -> None:
     # one SGD step (lr 1, no clipping) moves the weights by exactly minus the gradient: splitting each minibatch
-    # into forward passes of a few rows must move them the same way, and report the same statistics
+    # into forward passes of a few rows must move them the same way, and report the same statistics. In float64:
+    # an lr-1 step of float32 weights moves by up to ~2, where one float32 rounding in a differently summed
+    # gradient (other passes, or packed rows) is already about the tolerance.
     import copy
 
     from trace_rl.train.update import micro_batches, training_rows
 
     tree = uneven_tree(np.random.default_rng(0))
-    ref = copy.deepcopy(tiny_policy.model)
+    ref = copy.deepcopy(tiny_policy.model).double()
     with (
         torch.no_grad()
     ):  # a reference policy that differs from the trained one, so the KL term has a gradient
@@ -215,11 +220,12 @@ def test_micro_batches_give_the_whole_minibatchs_gradient(tiny_policy, loss_agg:
             p.add_(0.01 * torch.randn_like(p))
     moved, reported = [], []
     for micro_tokens in (0, 10, 30, 50):  # 10: below every row's width, each row its own pass
-        model = copy.deepcopy(tiny_policy.model)
+        model = copy.deepcopy(tiny_policy.model).double()
         opt = torch.optim.SGD(model.parameters(), lr=1.0)
         settings = UpdateSettings(
             estimator="treerpo", minibatch=4, minibatches=0, loss_agg=loss_agg, kl_coef=kl_coef, max_grad_norm=1e9,
             micro_tokens=micro_tokens, loss_scale_tokens=64 if loss_agg == "seq-mean-token-sum-norm" else 0,
+            packing=packing,
         )  # fmt: skip
         rows = training_rows([tree], settings)
         passes = micro_batches(rows[:4], settings)
@@ -233,10 +239,11 @@ def test_micro_batches_give_the_whole_minibatchs_gradient(tiny_policy, loss_agg:
         )
         moved.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
         reported.append(stats)
-    base = torch.cat([p.detach().reshape(-1) for p in tiny_policy.model.parameters()])
+    base = torch.cat([p.detach().reshape(-1) for p in tiny_policy.model.parameters()]).double()
     assert (moved[0] - base).abs().max() > 1e-4  # the step did something
     assert reported[0]["clip_fraction"] > 0  # off-policy tokens: the clipped branch is exercised
     for other, stats in zip(moved[1:], reported[1:], strict=True):
         assert torch.allclose(other, moved[0], atol=1e-6, rtol=1e-5)
         for key, value in reported[0].items():
-            assert stats[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+            if key != "forward_tokens":  # the passes' cost, which the split changes by design
+                assert stats[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key

@@ -187,7 +187,13 @@ class OptimSection:
             so the number of optimizer steps grows with the paths a method keeps (unequal between methods).
         micro_tokens: padded tokens per forward pass: each minibatch's gradient is accumulated over passes of at
             most this many (rows x longest row) tokens, the same gradient with a fraction of the activation memory
-            (`trace_rl.train.update.micro_batches`); 0 = the whole minibatch in one pass.
+            (`trace_rl.train.update.micro_batches`); 0 = the whole minibatch in one pass. Under packing "tree" the
+            limit counts packed rows x longest packed row.
+        packing: "tree" (default): the paths of one prompt in a minibatch go through the model as one packed row
+            holding each distinct prefix once (the prompt, a root's turns up to each replay's anchor), with an
+            ancestry attention mask and per-path position ids, so log-probabilities, loss and gradient equal the
+            padded update's up to rounding at a fraction of its compute (`trace_rl.train.packing`); a model whose
+            attention cannot take the mask falls back to "none" with one log line. "none": one padded row per path.
     """
 
     lr: float = 5e-5
@@ -204,6 +210,7 @@ class OptimSection:
     zero_advantage_rows: str = "count"
     loss_scale_tokens: int = 0
     weight_decay: float = 0.01
+    packing: str = "tree"
 
 
 @dataclass(frozen=True)

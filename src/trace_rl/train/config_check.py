@@ -291,6 +291,12 @@ def validate(cfg: TrainConfig) -> None:
         "only seq-mean-token-sum-norm uses a constant length normaliser; leave it 0",
     )
     need(
+        cfg.optim.packing in ("tree", "none"),
+        "optim.packing",
+        "must be tree (shared prefixes computed once per minibatch) or none (padded rows, one per path), "
+        f"got {cfg.optim.packing!r}",
+    )
+    need(
         (cfg.optim.minibatches > 0) != (cfg.optim.minibatch > 0),
         "optim.minibatches",
         "set exactly one of optim.minibatches (optimizer steps per RL step, equal for every method) and "

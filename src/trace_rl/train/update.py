@@ -14,6 +14,13 @@ with signal), which makes every step's gradient the same size whatever its share
 
 Optimisation is equal across methods: ``minibatches`` optimizer steps per epoch whatever the number of paths
 (paths split evenly in a random order), so a method that keeps more paths does not also get more optimizer steps.
+
+The forward passes are tree-packed by default (``packing="tree"``, `trace_rl.train.packing`): the paths of one
+prompt in a minibatch go through the model as one packed row in which every distinct prefix appears once, with a
+mask that lets a token see only its own ancestry and position ids that restart per path, so each path's
+log-probabilities, and therefore the loss and its gradient, are those of the padded update (``packing="none"``: one
+row per path, padded to the longest of its pass) up to floating-point rounding. A model whose attention cannot take
+such a mask (`trace_rl.train.packing.tree_mask_support`) gets the padded update, with one log line.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import numpy as np
 
 from trace_rl.advantages import grpo_advantages, token_advantages, tree_grpo_advantages, treerpo_advantages
 from trace_rl.advantages.tokens import PathTokens
+from trace_rl.train.packing import packed_logprobs, plan_packed_passes, tree_mask_support
 from trace_rl.tree import REWARD_ATOL, RolloutTree
 
 ESTIMATORS: dict[str, Callable[..., np.ndarray]] = {
@@ -33,6 +41,10 @@ ESTIMATORS: dict[str, Callable[..., np.ndarray]] = {
     "tree_grpo": tree_grpo_advantages,
     "treerpo": treerpo_advantages,
 }
+
+
+PACKINGS = ("tree", "none")
+"""``optim.packing``: "tree" (shared prefixes computed once, `trace_rl.train.packing`) or "none" (padded rows)."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,7 @@ class UpdateSettings:
     minibatches: int = 1
     zero_advantage_rows: str = "count"
     loss_scale_tokens: int = 0
+    packing: str = "tree"
 
     def __post_init__(self) -> None:
         if (self.minibatches > 0) == (self.minibatch > 0):
@@ -67,6 +80,8 @@ class UpdateSettings:
             raise ValueError(
                 f"zero_advantage_rows must be 'count' or 'drop', got {self.zero_advantage_rows!r}"
             )
+        if self.packing not in PACKINGS:
+            raise ValueError(f"packing must be one of {', '.join(PACKINGS)}, got {self.packing!r}")
         if (self.loss_agg == "seq-mean-token-sum-norm") != (self.loss_scale_tokens > 0):
             raise ValueError(
                 "loss_scale_tokens (Dr. GRPO's constant L) must be > 0 with loss_agg='seq-mean-token-sum-norm' "
@@ -130,13 +145,20 @@ def sequence_logprobs(
         att[i, : len(f)] = 1
     device = next(model.parameters()).device
     ids, att = ids.to(device), att.to(device)
-    logits = model(input_ids=ids, attention_mask=att).logits.float() / temperature
+    logits = upcast(model(input_ids=ids, attention_mask=att).logits) / temperature
     logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)  # (B, W-1)
     out = torch.zeros((len(rows), span), dtype=logp.dtype, device=device)
     for i, r in enumerate(rows):
         p, t = len(r.prompt_ids), len(r.token_ids)
         out[i, :t] = logp[i, p - 1 : p - 1 + t]  # token at position p + j is predicted at p + j - 1
     return out
+
+
+def upcast(x: Any) -> Any:
+    """``x`` in float32 at least (half-precision logits are upcast before the softmax; float64 stays float64)."""
+    import torch
+
+    return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
 def _pad(arrays: Sequence[np.ndarray], width: int, dtype: Any) -> Any:
@@ -183,13 +205,52 @@ def micro_batches(
             groups.append([])
         groups[-1].append(row)
         width = max(width, w)
+    return [(g, *_pass_weights(g, batch, settings, total_tokens, total_rows)) for g in groups]
+
+
+def _pass_weights(
+    group: Sequence[PathTokens],
+    batch: Sequence[PathTokens],
+    settings: UpdateSettings,
+    total_tokens: float | None,
+    total_rows: int | None,
+) -> tuple[float, float]:
+    """(loss scale, token share) of a forward pass over ``group`` within the minibatch ``batch`` (`micro_batches`)."""
     tokens = max(sum(float(r.loss_mask.sum()) for r in batch) if total_tokens is None else total_tokens, 1.0)
     count = max(len(batch) if total_rows is None else total_rows, 1)
-    out = []
-    for g in groups:
-        share = sum(float(r.loss_mask.sum()) for r in g) / tokens
-        scale = share if settings.loss_agg == "token-mean" else len(g) / count
-        out.append((g, scale, share))
+    share = sum(float(r.loss_mask.sum()) for r in group) / tokens
+    scale = share if settings.loss_agg == "token-mean" else len(group) / count
+    return scale, share
+
+
+def forward_passes(
+    batch: Sequence[PathTokens],
+    settings: UpdateSettings,
+    *,
+    packed: bool,
+    total_tokens: float | None = None,
+    total_rows: int | None = None,
+) -> list[tuple[list[PathTokens], list[list[int]] | None, float, float, int]]:
+    """The forward passes of a minibatch: (paths, packed rows or None, loss scale, token share, computed tokens).
+
+    ``packed``: passes of `trace_rl.train.packing.plan_packed_passes` (packed rows of one prompt each, given as
+    lists of indices into the pass's paths; computed tokens = packed rows x longest packed row); otherwise those of
+    `micro_batches` (None; computed tokens = rows x longest row). Scale and share as in `micro_batches`, so both
+    give the minibatch's loss and gradient.
+    """
+    if not packed:
+        return [
+            (g, None, scale, share, len(g) * max(len(r.prompt_ids) + len(r.token_ids) for r in g))
+            for g, scale, share in micro_batches(
+                batch, settings, total_tokens=total_tokens, total_rows=total_rows
+            )
+        ]
+    out: list[tuple[list[PathTokens], list[list[int]] | None, float, float, int]] = []
+    for p in plan_packed_passes(batch, settings.micro_tokens):
+        group = [batch[i] for i in p.paths]
+        out.append(
+            (group, p.rows, *_pass_weights(group, batch, settings, total_tokens, total_rows), p.tokens)
+        )
     return out
 
 
@@ -200,8 +261,10 @@ def _micro_loss(
     settings: UpdateSettings,
     pad_id: int,
     ref_model: Any | None,
+    packed_rows: Sequence[Sequence[int]] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
-    """`policy_loss` of one micro-batch, its (B, T) tensors padded to the whole minibatch's span T."""
+    """`policy_loss` of one micro-batch, its (B, T) tensors padded to the whole minibatch's span T; log-probs from
+    packed rows (`packed_logprobs`) when ``packed_rows`` is given (the reference model's too, if it supports it)."""
     import torch
 
     from trace_rl.advantages.losses import policy_loss
@@ -210,11 +273,12 @@ def _micro_loss(
     mask = _pad([r.loss_mask for r in micro], span, torch.float32).to(device)
     old = _pad([r.logprobs for r in micro], span, torch.float32).to(device)
     adv = _pad([r.advantages for r in micro], span, torch.float32).to(device)
-    new = sequence_logprobs(model, micro, settings.temperature, pad_id, span)
+    new = _logprobs(model, micro, packed_rows, settings.temperature, pad_id, span)
     ref = None
     if settings.kl_coef > 0 and ref_model is not None:
         with torch.no_grad():
-            ref = sequence_logprobs(ref_model, micro, settings.temperature, pad_id, span)
+            ref_rows = packed_rows if packed_rows is not None and tree_mask_support(ref_model) else None
+            ref = _logprobs(ref_model, micro, ref_rows, settings.temperature, pad_id, span)
     return policy_loss(
         new,
         old,
@@ -226,6 +290,19 @@ def _micro_loss(
         loss_agg=settings.loss_agg,  # type: ignore[arg-type]
         scale_tokens=float(settings.loss_scale_tokens) if settings.loss_scale_tokens > 0 else None,
     )
+
+
+def _logprobs(
+    model: Any,
+    rows: Sequence[PathTokens],
+    packed_rows: Sequence[Sequence[int]] | None,
+    temperature: float,
+    pad_id: int,
+    span: int,
+) -> Any:
+    if packed_rows is None:
+        return sequence_logprobs(model, rows, temperature, pad_id, span)
+    return packed_logprobs(model, rows, packed_rows, temperature, pad_id, span)
 
 
 def minibatch_split(n: int, settings: UpdateSettings, rng: np.random.Generator) -> list[np.ndarray]:
@@ -256,16 +333,19 @@ def policy_update(
     ``epochs`` x ``minibatches`` optimizer steps (`minibatch_split`), whatever the number of paths; each
     minibatch's loss is normalised over all its paths under ``zero_advantage_rows="count"`` (verl's `agg_loss`)
     or over its paths with signal only under "drop", and its gradient is accumulated over forward passes of at
-    most ``settings.micro_tokens`` padded tokens (`micro_batches`: the same gradient, a fraction of the
-    activation memory). A minibatch with nothing to forward still takes its optimizer step with a zero gradient
-    (Adam's moments keep moving, as in verl), so every method takes the same number of steps.
+    most ``settings.micro_tokens`` computed tokens (`forward_passes`: the same gradient, a fraction of the
+    activation memory), tree-packed under ``settings.packing="tree"`` when the model supports it
+    (`trace_rl.train.packing`), padded otherwise. A minibatch with nothing to forward still takes its optimizer step
+    with a zero gradient (Adam's moments keep moving, as in verl), so every method takes the same number of steps.
 
     Returns:
         mean "loss", "pg_loss", "clip_fraction", "approx_kl", "grad_norm" (and "ref_kl", the k3 KL to
         ``ref_model``, when ``settings.kl_coef`` > 0) over minibatches that had paths to forward, plus "paths" (root-to-leaf paths of the trees), "rows" (paths with a non-zero advantage),
         "tokens" (model tokens of those rows), "loss_tokens" (model tokens in the loss denominators, all epochs
-        counted once), "optimizer_steps", and "adv_sq" (sum over paths of the squared token advantages on model
-        tokens, the gradient-signal numerator of `trace_rl.metrics.signal_per_token`).
+        counted once), "optimizer_steps", "adv_sq" (sum over paths of the squared token advantages on model
+        tokens, the gradient-signal numerator of `trace_rl.metrics.signal_per_token`), "packed" (1 when the
+        forward passes were tree-packed, 0 when padded) and "forward_tokens" (tokens the policy's forward passes
+        computed, padding included, summed over epochs).
     """
     import torch
 
@@ -278,6 +358,8 @@ def policy_update(
     live = [signal[i] or kl_active for i in keep]
     stats: dict[str, list[float]] = {}
     steps = 0
+    computed = 0
+    packed = settings.packing == "tree" and any(live) and tree_mask_support(model)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     for _ in range(settings.epochs):
@@ -288,14 +370,16 @@ def policy_update(
             step_stats: dict[str, float] = {}
             if forward:
                 span = max(len(r.token_ids) for r in forward)
-                passes = micro_batches(
+                passes = forward_passes(
                     forward,
                     settings,
+                    packed=packed,
                     total_tokens=sum(float(r.loss_mask.sum()) for r in batch),
                     total_rows=len(batch),
                 )
-                for micro, scale, token_share in passes:
-                    loss, info = _micro_loss(model, micro, span, settings, pad_id, ref_model)
+                for micro, packed_rows, scale, token_share, tokens in passes:
+                    computed += tokens
+                    loss, info = _micro_loss(model, micro, span, settings, pad_id, ref_model, packed_rows)
                     (loss * scale).backward()  # gradients accumulate to those of the whole minibatch's loss
                     for key, value in {"loss": loss.detach(), **info}.items():
                         weight = token_share if key in TOKEN_STATS else scale
@@ -318,6 +402,8 @@ def policy_update(
     out["loss_tokens"] = float(sum(int(r.loss_mask.sum()) for r in rows))
     out["optimizer_steps"] = float(steps)
     out["adv_sq"] = float(sum(float(np.sum(np.square(r.advantages) * r.loss_mask)) for r in paths))
+    out["packed"] = float(packed)
+    out["forward_tokens"] = float(computed)
     return out
 
 
@@ -344,4 +430,5 @@ def update_settings(cfg: Any) -> UpdateSettings:
         minibatches=o.minibatches,
         zero_advantage_rows=o.zero_advantage_rows,
         loss_scale_tokens=scale,
+        packing=o.packing,
     )

@@ -1,0 +1,348 @@
+"""Tree packing for the policy update: every distinct prefix of a minibatch's paths goes through the model once.
+
+The paths of one rollout tree share prefixes: the prompt of every root rollout, and a root's turns up to the
+anchor of every replay. The padded update (``optim.packing = "none"``) forwards each path as its own row, padded to
+the longest row of its pass, so a shared prefix is computed once per path below it. The packed update
+(``"tree"``, `packed_logprobs`) forwards the trie of the paths' token sequences (prompt ids + turn ids) instead:
+
+- one packed row holds the paths of one prompt (split when they exceed the pass's token limit); its tokens are the
+  nodes of their trie, each distinct prefix once, laid out so that every token follows its ancestors;
+- a token attends to itself and its ancestors only (a 4D (rows, 1, N, N) additive mask), and its position id is its
+  depth in the trie, which is its position in every path through it;
+
+so each token's hidden state is exactly the one it has in each unpacked path through it (the same tokens at the same
+positions under causal attention), and each path's log-probabilities are read at its own tokens' packed positions:
+the logits of the token before turn token j predict token j. The trie is derived from the token ids (sorted
+sequences, each sharing with its predecessor their longest common prefix, which in lexicographic order is the
+longest it shares with any earlier one), so two paths share a computed token exactly when their whole prefixes up
+to it are equal: sharing is exact by construction, whatever the tree's bookkeeping says.
+
+Tree-aware trainers (TreeRL, TreePO, Tree-GRPO) save compute the same way. `tree_mask_support` checks that a model
+can take the mask (Hugging Face eager or sdpa attention, and a probe on two short paths); `trace_rl.train.update`
+falls back to the padded update, with one log line, for a model that cannot.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from trace_rl.advantages.tokens import PathTokens
+
+_log = logging.getLogger(__name__)
+
+MASK_ATTENTION = ("eager", "sdpa")
+"""Hugging Face attention implementations that apply a given 4D additive mask as is."""
+
+
+@dataclass(frozen=True)
+class PackedRow:
+    """The trie of some token sequences, laid out as one row.
+
+    Attributes:
+        token_ids: int64 (N,) the trie's tokens, each distinct prefix once; a token follows all its ancestors.
+        position_ids: int64 (N,) each token's depth in the trie (its position in every sequence through it).
+        index: per sequence (in the order given), int64 (L_i,): the packed positions of its L_i tokens.
+        segments: (start, end, ancestors) per run of new tokens: tokens start..end-1 are a chain appended under
+            the tokens at packed positions ``ancestors`` (int64, root first).
+    """
+
+    token_ids: npt.NDArray[np.int64]
+    position_ids: npt.NDArray[np.int64]
+    index: list[npt.NDArray[np.int64]]
+    segments: list[tuple[int, int, npt.NDArray[np.int64]]]
+
+    @property
+    def size(self) -> int:
+        """Tokens N of the row."""
+        return int(self.token_ids.shape[0])
+
+    def allowed(self, width: int | None = None) -> npt.NDArray[np.bool_]:
+        """bool (W, W), W = ``width`` (default N): [i, j] is True when token i may attend to token j (j is i or
+        one of its ancestors); a padding position (i >= N) attends to itself only, so no row is fully masked.
+
+        Raises:
+            ValueError: ``width`` below N.
+        """
+        n = self.size
+        w = n if width is None else width
+        if w < n:
+            raise ValueError(f"width {w} is below the row's {n} tokens")
+        out = np.zeros((w, w), dtype=bool)
+        for start, end, ancestors in self.segments:
+            out[start:end, ancestors] = True
+            out[start:end, start:end] = np.tri(end - start, dtype=bool)
+        pad = np.arange(n, w)
+        out[pad, pad] = True
+        return out
+
+
+def pack_sequences(sequences: Sequence[npt.ArrayLike]) -> PackedRow:
+    """The trie of ``sequences`` (int token ids each) as one `PackedRow`.
+
+    Sequences are inserted in lexicographic order; each shares with its predecessor their longest common prefix
+    and appends its remaining tokens as one new chain (a sequence equal to, or a prefix of, an earlier one adds
+    none). N is therefore the number of distinct non-empty prefixes.
+    """
+    seqs = [np.asarray(s, dtype=np.int64).reshape(-1) for s in sequences]
+    order = sorted(range(len(seqs)), key=lambda i: seqs[i].tolist())
+    tokens: list[npt.NDArray[np.int64]] = []
+    positions: list[npt.NDArray[np.int64]] = []
+    index: list[npt.NDArray[np.int64]] = [np.zeros(0, np.int64)] * len(seqs)
+    segments: list[tuple[int, int, npt.NDArray[np.int64]]] = []
+    size = 0
+    prev = np.zeros(0, np.int64)
+    prev_index = np.zeros(0, np.int64)
+    for i in order:
+        seq = seqs[i]
+        m = min(seq.shape[0], prev.shape[0])
+        differ = np.flatnonzero(seq[:m] != prev[:m])
+        shared = int(differ[0]) if differ.size else m
+        new = seq.shape[0] - shared
+        if new > 0:
+            segments.append((size, size + new, prev_index[:shared].copy()))
+            tokens.append(seq[shared:])
+            positions.append(np.arange(shared, seq.shape[0], dtype=np.int64))
+        index[i] = np.concatenate([prev_index[:shared], np.arange(size, size + new, dtype=np.int64)])
+        size += new
+        prev, prev_index = seq, index[i]
+    return PackedRow(
+        token_ids=np.concatenate(tokens) if tokens else np.zeros(0, np.int64),
+        position_ids=np.concatenate(positions) if positions else np.zeros(0, np.int64),
+        index=index,
+        segments=segments,
+    )
+
+
+def full_sequence(row: PathTokens) -> npt.NDArray[np.int64]:
+    """A path's model input: its prompt ids followed by its turn ids, int64 (P + T,)."""
+    return np.concatenate([row.prompt_ids, row.token_ids]).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class PackedPass:
+    """One forward pass of the packed update: some paths, packed into rows of one prompt each.
+
+    Attributes:
+        paths: indices (into the minibatch's list) of the paths of this pass.
+        rows: per packed row, the positions in ``paths`` of its paths.
+        tokens: tokens the pass computes, packed rows x their longest (padding included).
+    """
+
+    paths: list[int]
+    rows: list[list[int]]
+    tokens: int
+
+
+ROW_TOKENS = 1024
+"""Default cap on a packed row's tokens. Attention over a packed row of N tokens is dense (N^2, masked), so a long
+row spends more on attention than sharing saves; with the tiny policy on CPU, capping rows at 1,024 tokens made the
+packed update 0.405x the padded one on a real `multistep` minibatch instead of 0.453x uncapped, and 0.88x instead of
+1.02x on synthetic trees with long replays (docs/benchmarks.md, tree-packed policy update)."""
+
+
+def plan_packed_passes(
+    rows: Sequence[PathTokens], micro_tokens: int, row_tokens: int = ROW_TOKENS
+) -> list[PackedPass]:
+    """Group paths into forward passes of at most ``micro_tokens`` computed tokens (packed rows x longest packed row;
+    0 = one pass), one packed row per prompt of at most ``row_tokens`` tokens (0 = no cap but ``micro_tokens``).
+
+    Paths are sorted by their token sequences, so that paths sharing prefixes are neighbours; a prompt's paths whose
+    trie exceeds either limit are split over several packed rows (the tokens of a split row's shared prefix are then
+    computed once per part), and a path longer than a limit gets a packed row, and a packed row longer than
+    ``micro_tokens`` a pass, of its own. Packed rows are placed
+    longest first, so the rows of one pass have similar lengths.
+
+    Every path appears in exactly one pass; which pass changes neither the loss nor its gradient (each pass's loss
+    is scaled by its share of the minibatch, `trace_rl.train.update.micro_batches`).
+    """
+    seqs = [full_sequence(r) for r in rows]
+    order = sorted(range(len(rows)), key=lambda i: seqs[i].tolist())
+    groups: list[list[int]] = []
+    sizes: list[int] = []
+    prev: npt.NDArray[np.int64] | None = None
+    for i in order:
+        seq = seqs[i]
+        new = seq.shape[0]
+        same_prompt = prev is not None and np.array_equal(rows[groups[-1][-1]].prompt_ids, rows[i].prompt_ids)
+        if prev is not None and same_prompt:
+            m = min(seq.shape[0], prev.shape[0])
+            differ = np.flatnonzero(seq[:m] != prev[:m])
+            new = seq.shape[0] - (int(differ[0]) if differ.size else m)
+        cap = min(c for c in (micro_tokens, row_tokens, 1 << 62) if c > 0)
+        if not same_prompt or sizes[-1] + new > cap:
+            groups.append([])
+            sizes.append(seq.shape[0])
+        else:
+            sizes[-1] += new
+        groups[-1].append(i)
+        prev = seq
+    by_size = sorted(range(len(groups)), key=lambda g: -sizes[g])
+    passes: list[list[int]] = []
+    width = 0
+    for g in by_size:
+        if passes and (micro_tokens <= 0 or max(width, sizes[g]) * (len(passes[-1]) + 1) <= micro_tokens):
+            passes[-1].append(g)
+            width = max(width, sizes[g])
+        else:
+            passes.append([g])
+            width = sizes[g]
+    out = []
+    for p in passes:
+        paths = [i for g in p for i in groups[g]]
+        where = {path: k for k, path in enumerate(paths)}
+        out.append(
+            PackedPass(
+                paths=paths,
+                rows=[[where[i] for i in groups[g]] for g in p],
+                tokens=len(p) * max(sizes[g] for g in p),
+            )
+        )
+    return out
+
+
+def packed_logprobs(
+    model: Any,
+    rows: Sequence[PathTokens],
+    groups: Sequence[Sequence[int]],
+    temperature: float,
+    pad_id: int,
+    span: int | None = None,
+) -> Any:
+    """Log-probabilities (B, T) of each path's turn tokens under ``model``, computed on packed rows; 0-padded to
+    T = ``span`` (default: the longest turn span of ``rows``), the same tensor as
+    `trace_rl.train.update.sequence_logprobs` up to floating-point rounding.
+
+    Args:
+        model: a causal LM taking ``input_ids``, ``position_ids`` and a 4D additive ``attention_mask``
+            (`tree_mask_support`).
+        rows: the B paths.
+        groups: the packed rows, each a list of indices into ``rows`` (every path in exactly one).
+        temperature: logits are divided by it before the softmax (the sampling distribution).
+        pad_id: token id of padding positions.
+        span: output width (at least every path's turn tokens).
+
+    Raises:
+        ValueError: a path without prompt tokens (its first token has nothing to be predicted from), ``groups``
+            not a partition of the paths, or ``span`` shorter than a path's turn tokens.
+    """
+    import torch
+
+    from trace_rl.train.update import upcast
+
+    if sorted(i for g in groups for i in g) != list(range(len(rows))):
+        raise ValueError("groups must hold every path exactly once")
+    longest = max(len(r.token_ids) for r in rows)
+    if span is None:
+        span = longest
+    elif span < longest:
+        raise ValueError(f"span {span} is shorter than a row's {longest} turn tokens")
+    if any(len(r.prompt_ids) == 0 for r in rows):
+        raise ValueError("a path needs at least one prompt token to predict its first turn token from")
+    packed = [pack_sequences([full_sequence(rows[i]) for i in g]) for g in groups]
+    width = max(p.size for p in packed)
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    ids = np.full((len(packed), width), pad_id, dtype=np.int64)
+    pos = np.zeros((len(packed), width), dtype=np.int64)
+    allowed = np.zeros((len(packed), 1, width, width), dtype=bool)
+    src_row, src_pos, src_tok, dst_path, dst_col = [], [], [], [], []
+    for r, (p, g) in enumerate(zip(packed, groups, strict=True)):
+        ids[r, : p.size] = p.token_ids
+        pos[r, : p.size] = p.position_ids
+        allowed[r, 0] = p.allowed(width)
+        for k, i in enumerate(g):
+            prompt, turn = len(rows[i].prompt_ids), len(rows[i].token_ids)
+            src_pos.append(p.index[k][prompt - 1 : prompt - 1 + turn])  # the token before j predicts j
+            src_tok.append(rows[i].token_ids)
+            src_row.append(np.full(turn, r, dtype=np.int64))
+            dst_path.append(np.full(turn, i, dtype=np.int64))
+            dst_col.append(np.arange(turn, dtype=np.int64))
+    mask = torch.zeros(allowed.shape, dtype=dtype)
+    mask.masked_fill_(~torch.as_tensor(allowed), torch.finfo(dtype).min)
+    logits = model(
+        input_ids=torch.as_tensor(ids, device=device),
+        attention_mask=mask.to(device),
+        position_ids=torch.as_tensor(pos, device=device),
+    ).logits
+    flat = [torch.as_tensor(np.concatenate(a), device=device) for a in (src_row, src_pos, src_tok)]
+    # (K, V): only the positions that predict a turn token
+    picked = upcast(logits[flat[0], flat[1]]) / temperature
+    logp = torch.log_softmax(picked, dim=-1).gather(-1, flat[2][:, None]).squeeze(-1)
+    out = torch.zeros((len(rows), span), dtype=logp.dtype, device=device)
+    out[torch.as_tensor(np.concatenate(dst_path)), torch.as_tensor(np.concatenate(dst_col))] = logp
+    return out
+
+
+_SUPPORT: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+PROBE_TOLERANCE = {"float64": 1e-8, "float32": 1e-4}  # max |packed - padded| log-prob on the probe; else 5e-2
+
+
+def tree_mask_support(model: Any) -> bool:
+    """Whether ``model`` can run the packed update: its attention applies a given 4D additive mask (Hugging Face
+    ``eager`` or ``sdpa`` attention) and, on a probe of two short paths that share a prefix, packed and padded
+    log-probabilities agree (within `PROBE_TOLERANCE` of its dtype). Checked once per model object; a model that
+    fails is logged once (`trace_rl.train.update` then uses the padded update).
+    """
+    if model in _SUPPORT:
+        return _SUPPORT[model]
+    impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    reason = ""
+    if impl not in MASK_ATTENTION:
+        reason = f"its attention implementation {impl!r} does not take a custom 4D mask"
+    else:
+        try:
+            err = _probe_error(model)
+            dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+            if not err <= PROBE_TOLERANCE.get(dtype, 5e-2):
+                reason = f"packed and padded log-probabilities differ by {err:.2e} on a probe"
+        except (TypeError, ValueError, RuntimeError) as exc:
+            reason = f"the packed forward failed on a probe ({type(exc).__name__}: {exc})"
+    ok = not reason
+    if not ok:
+        _log.warning("optim.packing=tree: %s; using the padded update for %s", reason, type(model).__name__)
+    _SUPPORT[model] = ok
+    return ok
+
+
+def _probe_error(model: Any) -> float:
+    """Max |packed - padded| turn-token log-probability on two paths that share their prompt and first 2 turn
+    tokens and then differ for 3 and 2 tokens (the later branch in the packed row is predicted from positions
+    after the earlier branch's tokens, which a model that ignores the mask would attend to)."""
+    import torch
+
+    from trace_rl.train.update import sequence_logprobs
+
+    vocab = int(model.get_input_embeddings().weight.shape[0])
+    ids = np.random.default_rng(0).integers(0, vocab, 10)
+    ids[8] = ids[5] + 1 if ids[8] == ids[5] else ids[8]  # the branches differ at their third token
+    ids %= vocab
+    prompt, first, second = ids[:3], ids[3:8], np.r_[ids[3:5], ids[8:10]]
+    rows = [
+        PathTokens(
+            leaf=0,
+            nodes=np.zeros(1, np.int64),
+            prompt_ids=prompt.astype(np.int64),
+            token_ids=t.astype(np.int64),
+            loss_mask=np.ones(t.shape[0], np.int8),
+            logprobs=np.zeros(t.shape[0], np.float32),
+            advantages=np.zeros(t.shape[0], np.float32),
+            node_of_token=np.zeros(t.shape[0], np.int64),
+        )
+        for t in (first, second)
+    ]
+    training = bool(getattr(model, "training", False))
+    model.eval()  # no dropout: the two forwards must be comparable
+    try:
+        with torch.no_grad():
+            packed = packed_logprobs(model, rows, [[0, 1]], 1.0, 0)
+            padded = sequence_logprobs(model, rows, 1.0, 0)
+    finally:
+        model.train(training)
+    return float((packed - padded).abs().max())
