@@ -504,7 +504,7 @@ i.key { display: inline-block; width: 9px; height: 9px; border-radius: 2px; marg
 figure { margin: 0; border: 1px solid var(--line); border-radius: 8px; padding: 8px; background: #fff; }
 figure.wide { grid-column: 1 / -1; }
 figure img { width: 100%; height: auto; display: block; }
-table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+table { border-collapse: collapse; font-variant-numeric: tabular-nums; display: block; max-width: 100%; overflow-x: auto; }
 th, td { padding: 5px 10px; border-bottom: 1px solid var(--line); text-align: right; white-space: nowrap; }
 th { white-space: normal; }
 th:first-child, td:first-child { text-align: left; }
