@@ -70,7 +70,7 @@ def warm_start_policy(
     from trace_rl.rollout.agent import ChatCodec
     from trace_rl.rollout.backends import SamplingParams
     from trace_rl.rollout.engine import LocalEngine
-    from trace_rl.rollout.evaluate import sample_episodes, sample_rewards, spread_metrics
+    from trace_rl.rollout.evaluate import sample_episodes, spread_metrics
 
     pol = cfg.policy
     sft_dir = out / "sft"
@@ -95,20 +95,6 @@ def warm_start_policy(
     sampling = SamplingParams(max_new_tokens=cfg.sampling.max_new_tokens, temperature=1.0, seed=cfg.seed)
     last: dict[str, Any] = {}
 
-    def sample(prompts: list[Any]) -> Any:
-        engine = LocalEngine(policy, max_batch=64)
-        return asyncio.run(
-            sample_rewards(
-                engine,
-                lambda: make_env(cfg.env.name),
-                codec,
-                prompts,
-                sampling,
-                samples=8,
-                max_turns=cfg.env.max_turns,
-            )
-        )
-
     def sample_costed(prompts: list[Any]) -> tuple[Any, int, int]:
         """Rewards (P, 8), sampled tokens and tool calls of one probe."""
         engine = LocalEngine(policy, max_batch=64)
@@ -129,7 +115,7 @@ def warm_start_policy(
         return rewards, tokens, calls
 
     def evaluate(step: int) -> dict[str, float]:
-        last["rewards"] = sample(probe)
+        last["rewards"] = sample_costed(probe)[0]
         return spread_metrics(last["rewards"])
 
     stop_rule = pol.sft_stop_success > 0
