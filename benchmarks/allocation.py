@@ -20,7 +20,7 @@ from bisect import bisect_left
 import numpy as np
 
 from trace_rl.allocation import allocate_prefixes, allocate_roots, flip_probability, mixed_probability
-from trace_rl.allocation.solvers import _mixed_increments
+from trace_rl.allocation.roots import _mixed_increments
 
 
 def allocate_roots_loop(v: np.ndarray, total: int, *, low: int = 2, cap: int) -> np.ndarray:

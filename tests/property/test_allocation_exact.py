@@ -141,16 +141,16 @@ def test_prefixes_monotone_in_budget(q, budget) -> None:
 )
 def test_prefix_paths_agree(q, budget, cap) -> None:
     """The direct sort (small problems) and the log-threshold search (large ones) reach the same optimum."""
-    import trace_rl.allocation.solvers as solvers
+    import trace_rl.allocation.prefixes as prefixes
 
     q = np.array(q)
     direct = allocate_prefixes(q, budget, max_per_prefix=cap)
-    saved = solvers._DIRECT_LIMIT
-    solvers._DIRECT_LIMIT = 0
+    saved = prefixes._DIRECT_LIMIT
+    prefixes._DIRECT_LIMIT = 0
     try:
         search = allocate_prefixes(q, budget, max_per_prefix=cap)
     finally:
-        solvers._DIRECT_LIMIT = saved
+        prefixes._DIRECT_LIMIT = saved
     assert direct.sum() == search.sum()
     np.testing.assert_allclose(
         flip_probability(q, direct).sum(), flip_probability(q, search).sum(), atol=1e-9

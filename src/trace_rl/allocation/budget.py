@@ -15,7 +15,7 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-from trace_rl.allocation.objectives import IntArray
+from trace_rl.allocation.validation import IntArray
 
 
 @dataclass(frozen=True)

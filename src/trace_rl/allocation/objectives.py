@@ -10,41 +10,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-
-
-def _as_probability(x: npt.ArrayLike, name: str) -> FloatArray:
-    try:
-        raw = np.asarray(x)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"{name} must be an array of probabilities in [0, 1] (got a ragged or unreadable value)"
-        ) from None
-    if raw.dtype.kind == "b":
-        raise ValueError(f"{name} must be numbers in [0, 1], not booleans")
-    if raw.dtype.kind not in "fiu":
-        raise ValueError(f"{name} must be real numbers in [0, 1]; got values of type {raw.dtype}")
-    arr = raw.astype(np.float64)
-    if np.isnan(arr).any():
-        raise ValueError(f"{name} contains NaN; every {name} must be a probability in [0, 1]")
-    if ((arr < 0.0) | (arr > 1.0)).any():
-        bad = arr[(arr < 0.0) | (arr > 1.0)].ravel()[0]
-        raise ValueError(f"{name} must lie in [0, 1]; got {bad!r}")
-    return arr
-
-
-def _as_count(x: npt.ArrayLike, name: str) -> IntArray:
-    arr = np.asarray(x)
-    if arr.dtype.kind == "f":
-        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
-            raise ValueError(f"{name} must be whole numbers of rollouts; got {arr.ravel()[:5]!r}")
-    elif arr.dtype.kind not in "iu":
-        raise ValueError(f"{name} must be integer counts; got dtype {arr.dtype}")
-    out = arr.astype(np.int64)
-    if (out < 0).any():
-        raise ValueError(f"{name} must be non-negative; got {int(out.min())}")
-    return out
+from trace_rl.allocation.validation import FloatArray, as_count, as_probability, as_sibling, as_weight
 
 
 def mixed_probability(v: npt.ArrayLike, m: npt.ArrayLike) -> FloatArray:
@@ -63,8 +29,8 @@ def mixed_probability(v: npt.ArrayLike, m: npt.ArrayLike) -> FloatArray:
     Raises:
         ValueError: ``v`` has NaN or values outside [0, 1]; ``m`` is negative or not whole.
     """
-    vv = _as_probability(v, "v")
-    mm = _as_count(m, "m")
+    vv = as_probability(v, "v")
+    mm = as_count(m, "m")
     out = 1.0 - np.power(vv, mm) - np.power(1.0 - vv, mm)
     return np.where(mm >= 2, np.maximum(out, 0.0), 0.0)
 
@@ -85,8 +51,8 @@ def flip_probability(q: npt.ArrayLike, k: npt.ArrayLike) -> FloatArray:
     Raises:
         ValueError: ``q`` has NaN or values outside [0, 1]; ``k`` is negative or not whole.
     """
-    qq = _as_probability(q, "q")
-    kk = _as_count(k, "k")
+    qq = as_probability(q, "q")
+    kk = as_count(k, "k")
     return 1.0 - np.power(qq, kk)
 
 
@@ -106,8 +72,8 @@ def repeat_probability(reward: npt.ArrayLike, value: npt.ArrayLike) -> FloatArra
     Raises:
         ValueError: NaN or values outside [0, 1] in either argument.
     """
-    r = _as_probability(reward, "reward")
-    vv = _as_probability(value, "value")
+    r = as_probability(reward, "reward")
+    vv = as_probability(value, "value")
     return np.clip(r * vv + (1.0 - r) * (1.0 - vv), 0.0, 1.0)
 
 
@@ -149,30 +115,12 @@ def contrast_value(
     Raises:
         ValueError: q not probabilities, k negative or not whole, shapes that differ, a bad weight.
     """
-    qq = _as_probability(q, "q").reshape(-1)
-    kk = _as_count(k, "k").reshape(-1)
-    sib = _as_sibling(sibling, qq.shape[0])
+    qq = as_probability(q, "q").reshape(-1)
+    kk = as_count(k, "k").reshape(-1)
+    sib = as_sibling(sibling, qq.shape[0])
     if kk.shape != qq.shape:
         raise ValueError(f"k must have the shape of q {qq.shape}; got {kk.shape}")
-    w = _as_weight(weight)
+    w = as_weight(weight)
     repeat = np.power(qq, kk)
     tree = (1.0 - float(np.prod(repeat))) if unanimous else 0.0
     return float(tree + w * float(np.sum(np.where(sib, 1.0 - repeat, 0.0))))
-
-
-def _as_sibling(sibling: npt.ArrayLike | None, j: int) -> npt.NDArray[np.bool_]:
-    if sibling is None:
-        return np.ones(j, dtype=np.bool_)
-    arr = np.asarray(sibling)
-    if arr.dtype.kind != "b" or arr.shape != (j,):
-        raise ValueError(f"sibling must be a boolean array of shape ({j},); got {arr.dtype} {arr.shape}")
-    return arr.astype(np.bool_)
-
-
-def _as_weight(weight: float) -> float:
-    if isinstance(weight, bool) or not isinstance(weight, int | float | np.integer | np.floating):
-        raise ValueError(f"weight must be a number >= 0; got {weight!r}")
-    w = float(weight)
-    if not np.isfinite(w) or w < 0:
-        raise ValueError(f"weight must be finite and >= 0; got {weight!r}")
-    return w

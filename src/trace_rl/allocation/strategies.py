@@ -41,19 +41,13 @@ import numpy as np
 import numpy.typing as npt
 
 from trace_rl.allocation.budget import BudgetShape
-from trace_rl.allocation.objectives import FloatArray, IntArray, _as_probability, mixed_probability
+from trace_rl.allocation.objectives import mixed_probability
 from trace_rl.allocation.solvers import allocate_contrast, allocate_prefixes, allocate_roots, knapsack_dp
+from trace_rl.allocation.validation import FloatArray, IntArray, as_probability_vector
 from trace_rl.types import RootPlan
 
 RootStrategy = Callable[[FloatArray, BudgetShape, np.random.Generator], RootPlan]
 PrefixStrategy = Callable[[FloatArray, int, np.random.Generator, IntArray | None], IntArray]
-
-
-def _pool(v: npt.ArrayLike) -> FloatArray:
-    arr = _as_probability(v, "v")
-    if arr.ndim != 1:
-        raise ValueError(f"v must be a 1-D array of success estimates; got shape {arr.shape}")
-    return arr
 
 
 def _random_batch(p: int, size: int, rng: np.random.Generator) -> IntArray:
@@ -74,13 +68,13 @@ def _plan(
 # ------------------------------------------------------------------------------------------ root strategies
 def grpo_roots(v: FloatArray, shape: BudgetShape, rng: np.random.Generator) -> RootPlan:
     """GRPO: a uniformly random batch of ``shape.batch_size`` prompts, n rollouts each, no replays."""
-    p = _pool(v).shape[0]
+    p = as_probability_vector(v, "v").shape[0]
     return _plan(p, _random_batch(p, shape.batch_size, rng), shape.group_size, shape, "grpo", replays=False)
 
 
 def pcl_roots(v: FloatArray, shape: BudgetShape, rng: np.random.Generator) -> RootPlan:
     """PCL-style: the ``batch_size`` prompts whose estimate is nearest v = 1/2 (ties at random), n each."""
-    probs = _pool(v)
+    probs = as_probability_vector(v, "v")
     p = probs.shape[0]
     if shape.batch_size > p:
         raise ValueError(f"the candidate pool has {p} prompts, fewer than the batch size {shape.batch_size}")
@@ -95,7 +89,7 @@ def knapsack_roots(v: FloatArray, shape: BudgetShape, rng: np.random.Generator) 
     Value of m rollouts (Li et al. 2025, Knapsack RL): P_mix(p, m) * p (1 - p)^2, m in {0} U [2, cap]; the
     whole budget goes to roots (no replays).
     """
-    probs = _pool(v)
+    probs = as_probability_vector(v, "v")
     p = probs.shape[0]
     chosen = _random_batch(p, shape.batch_size, rng)
     budget = shape.flat_rollouts
@@ -110,14 +104,14 @@ def knapsack_roots(v: FloatArray, shape: BudgetShape, rng: np.random.Generator) 
 
 def uniform_tree_roots(v: FloatArray, shape: BudgetShape, rng: np.random.Generator) -> RootPlan:
     """TreePO / uniform roots: a random batch of M / n prompts, n rollouts each, N * n replays each."""
-    p = _pool(v).shape[0]
+    p = as_probability_vector(v, "v").shape[0]
     chosen = _random_batch(p, shape.tree_batch, rng)
     return _plan(p, chosen, shape.group_size, shape, "uniform_tree", replays=True)
 
 
 def trace_roots(v: FloatArray, shape: BudgetShape, rng: np.random.Generator) -> RootPlan:
     """TRACE root allocation: `allocate_roots(v, M, max_active=batch_size)`, N * m_i replays per prompt."""
-    probs = _pool(v)
+    probs = as_probability_vector(v, "v")
     m = allocate_roots(
         probs,
         shape.roots,

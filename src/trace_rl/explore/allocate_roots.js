@@ -1,5 +1,5 @@
 /*
- * JavaScript port of trace_rl.allocation.allocate_roots (src/trace_rl/allocation/solvers.py), the exact TRACE
+ * JavaScript port of trace_rl.allocation.allocate_roots (src/trace_rl/allocation/roots.py), the exact TRACE
  * root allocation, plus the objective and the uniform baseline, for the `trace-rl explore` page.
  *
  *   max_m sum_i P_mix(v_i, m_i),  P_mix(v, m) = 1 - v^m - (1-v)^m
@@ -42,7 +42,7 @@
     return x;
   }
 
-  /* x**e for a whole e >= 0, as solvers._int_power: binary exponentiation, multiplications only. */
+  /* x**e for a whole e >= 0, as roots._int_power: binary exponentiation, multiplications only. */
   function intPower(x, e) {
     var out = 1.0;
     var base = x;
@@ -54,7 +54,7 @@
     return out;
   }
 
-  /* Row i: D(v_i, m) for m = start .. start + width - 1, made non-increasing (solvers._mixed_increments). */
+  /* Row i: D(v_i, m) for m = start .. start + width - 1, made non-increasing (roots._mixed_increments). */
   function mixedIncrements(v, start, width) {
     var rows = [];
     for (var i = 0; i < v.length; i++) {
