@@ -1,4 +1,4 @@
-"""`RolloutTree`: the rollouts of one prompt as a few arrays with integer parent pointers.
+"""`RolloutTree`: the rollouts of one prompt as a few arrays with integer parent pointers (build and query).
 
 Node 0 is the prompt (parent -1, depth 0). Every other node is one agent turn (thought + action + observation);
 a node without children is a leaf, a final turn, and carries the terminal reward of the rollout that ends there.
@@ -10,11 +10,12 @@ chain under p; its nodes are marked `is_replay`. Every non-root node lies on exa
 replay that created it. Its continuation is the next node of that chain, which in a tree built by `add_rollout` /
 `add_replay` is its lowest-id child with the same replay status (chains are appended in one piece, branches come
 later). `from_parents` uses the same rule to recover chains from bare parent arrays.
+
+The JSON form is `serialize.py`'s job; `to_dict` / `from_dict` / `save` / `load` delegate to it.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -23,11 +24,8 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from trace_rl.tree.serialize import turn_from_dict, turn_to_dict, validate_turn
+from trace_rl.tree.serialize import load_tree, save_tree, tree_from_dict, tree_to_dict
 from trace_rl.types import Anchor, Turn
-
-FORMAT_NAME = "trace_rl.RolloutTree"
-FORMAT_VERSION = 1
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -538,96 +536,27 @@ class RolloutTree:
 
     # ----------------------------------------------------------------------------------------------- io
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (NaN rewards become null); `from_dict` inverts it exactly.
-
-        ``meta`` is copied with numpy scalars and arrays turned into Python numbers and lists.
-
-        Raises:
-            ValueError: ``meta`` holds a value JSON cannot represent (a non-finite float, a non-string key, an
-                arbitrary object); the message names the field.
-        """
-        return {
-            "format": FORMAT_NAME,
-            "version": FORMAT_VERSION,
-            "parent": list(self._parent),
-            "reward": [None if math.isnan(r) else r for r in self._reward],
-            "is_replay": list(self._is_replay),
-            "turns": [None if t is None else turn_to_dict(t) for t in self._turns],
-            "prompt_ids": [int(x) for x in self.prompt_ids],
-            "meta": _json_value(self.meta, "meta"),
-        }
+        """A JSON-ready dict (NaN rewards become null; numpy values in ``meta`` become Python ones) that
+        `from_dict` inverts exactly. Raises ValueError when ``meta`` is not JSON-representable
+        (`serialize.tree_to_dict`)."""
+        return tree_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RolloutTree:
-        """Inverse of `to_dict`.
-
-        Raises:
-            ValueError: not a RolloutTree record, an unknown version, or invalid arrays (see `from_parents`).
-        """
-        if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
-            raise ValueError(f"not a {FORMAT_NAME} record")
-        if data.get("version") != FORMAT_VERSION:
-            raise ValueError(
-                f"unsupported {FORMAT_NAME} version {data.get('version')!r} (expected {FORMAT_VERSION})"
-            )
-        try:
-            parent = data["parent"]
-            reward = [math.nan if r is None else r for r in data["reward"]]
-            turns = [None if t is None else turn_from_dict(t) for t in data["turns"]]
-            is_replay = _bool_list(data["is_replay"], "is_replay")
-            prompt_ids = data.get("prompt_ids")
-            if prompt_ids is not None and not (
-                isinstance(prompt_ids, list)
-                and all(isinstance(x, int) and not isinstance(x, bool) for x in prompt_ids)
-            ):
-                raise ValueError("tree record field 'prompt_ids' must be a list of integer token ids")
-            meta = data.get("meta")
-            if meta is not None and not isinstance(meta, dict):
-                raise ValueError(f"tree record field 'meta' must be an object, got {type(meta).__name__}")
-        except KeyError as exc:
-            raise ValueError(f"tree record is missing field {exc.args[0]!r}") from None
-        except TypeError as exc:
-            raise ValueError(f"tree record has a malformed field: {exc}") from None
-        return cls.from_parents(
-            parent,
-            reward,
-            turns,
-            is_replay=is_replay,
-            prompt_ids=prompt_ids,
-            meta=meta,
-        )
+        """Inverse of `to_dict`. Raises ValueError for a record of another format or version, or invalid arrays
+        (`serialize.tree_from_dict`, then `from_parents`)."""
+        return tree_from_dict(data, cls)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the tree as one JSON document (UTF-8), atomically (write to a temp file, then rename; the
-        temp file is removed when writing fails).
-
-        Raises:
-            ValueError: ``meta`` is not JSON-representable (see `to_dict`).
-        """
-        tmp = f"{os.fspath(path)}.tmp"
-        text = json.dumps(self.to_dict(), allow_nan=False)  # raises before any file is touched
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
+        """Write the tree as one JSON document (UTF-8), atomically: a temp file, then a rename
+        (`serialize.save_tree`). Raises ValueError when ``meta`` is not JSON-representable."""
+        save_tree(self, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RolloutTree:
-        """Read a tree written by `save`.
-
-        Raises:
-            ValueError: the file is not valid JSON or not a RolloutTree record.
-        """
-        with open(path, encoding="utf-8") as f:
-            try:
-                data = json.load(f)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{os.fspath(path)}: not valid JSON ({exc})") from None
-        return cls.from_dict(data)
+        """Read a tree written by `save` (`serialize.load_tree`). Raises ValueError for invalid JSON or a record
+        that is not a RolloutTree."""
+        return load_tree(path, cls)
 
     # ----------------------------------------------------------------------------------------------- misc
     def _check_node(self, node: int, what: str) -> int:
@@ -645,38 +574,19 @@ class RolloutTree:
         )
 
 
-def _bool_list(value: Any, field: str) -> npt.NDArray[np.bool_]:
-    """A JSON list of booleans (0 and 1 accepted) as a bool array; anything else is a ValueError."""
-    if not isinstance(value, list) or not all(
-        isinstance(v, bool) or (isinstance(v, int) and v in (0, 1)) for v in value
-    ):
-        raise ValueError(f"tree record field {field!r} must be a list of booleans")
-    return np.asarray(value, dtype=np.bool_)
-
-
-def _json_value(value: Any, where: str) -> Any:
-    """A JSON-ready copy of ``value``: numpy scalars and arrays become Python numbers and lists.
+def validate_turn(turn: Turn, where: str) -> None:
+    """Check that a turn's token arrays agree in length.
 
     Raises:
-        ValueError: a non-finite float, a non-string dict key, or a value of another type (``where`` names it).
+        ValueError: the three arrays differ in length, or the loss mask holds values other than 0 and 1.
     """
-    if isinstance(value, np.ndarray):
-        return [_json_value(v, f"{where}[{i}]") for i, v in enumerate(value.tolist())]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if value is None or isinstance(value, str | bool | int):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"{where} = {value} is not a finite number; JSON cannot hold it")
-        return value
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise ValueError(f"{where} has key {k!r}; JSON object keys must be strings")
-            out[k] = _json_value(v, f"{where}[{k!r}]")
-        return out
-    if isinstance(value, list | tuple):
-        return [_json_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    raise ValueError(f"{where} holds a {type(value).__name__}, which is not JSON-serialisable")
+    if not isinstance(turn, Turn):
+        raise ValueError(f"{where}: expected a trace_rl.types.Turn, got {type(turn).__name__}")
+    n = turn.token_ids.shape[0]
+    if turn.loss_mask.shape != (n,) or turn.logprobs.shape != (n,):
+        raise ValueError(
+            f"{where}: token_ids, loss_mask and logprobs must have the same length, got "
+            f"{turn.token_ids.shape}, {turn.loss_mask.shape}, {turn.logprobs.shape}"
+        )
+    if n and not np.isin(turn.loss_mask, (0, 1)).all():
+        raise ValueError(f"{where}: loss_mask must hold only 0 and 1")
