@@ -45,9 +45,9 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -57,6 +57,45 @@ from trace_rl.rollout import toy_env
 from trace_rl.rollout.agent import ChatCodec, Episode, SavePoint, run_episode
 from trace_rl.rollout.backends import REQUEST_CONTEXT, SamplingParams
 from trace_rl.rollout.engine import LocalEngine
+
+
+class Workload(NamedTuple):
+    """The agent workload of one benchmark run: policy, tasks, sampling settings and codec, batch, k (a NamedTuple:
+    tests load this file without registering it as a module, which dataclasses need)."""
+
+    policy: Any
+    tasks: list[Any]
+    sampling: SamplingParams
+    codec: ChatCodec
+    batch: int
+    k: int
+    max_new_tokens: int
+
+
+def load_workload(
+    args: argparse.Namespace,
+    *,
+    batch: tuple[int, int] = (16, 64),
+    k: tuple[int, int] = (2, 4),
+    with_schema: bool = False,
+) -> Workload:
+    """The workload of the command line: `--batch`, `--k`, `--max-new-tokens` or their (quick, full) defaults,
+    `--threads` set before the policy loads, `--batch` tasks of the toy environment's bench split."""
+    size = args.batch or (batch[0] if args.quick else batch[1])
+    k_ = args.k or (k[0] if args.quick else k[1])
+    mnt = args.max_new_tokens or (16 if args.quick else 32)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    policy = load_policy(args.policy, seed=args.seed)
+    tasks = toy_env.load_tasks("bench", size, args.seed, with_schema=with_schema)
+    sampling = SamplingParams(max_new_tokens=mnt, temperature=1.0, top_p=1.0, seed=args.seed)
+    return Workload(policy, tasks, sampling, ChatCodec(policy.tokenizer), size, k_, mnt)
+
+
+def bench_engine(policy: Any, batch: int, k: int, **kwargs: Any) -> LocalEngine:
+    """A LocalEngine sized for the workload: every root or every replay decodes in one batch."""
+    size = max(batch, k * batch)
+    return LocalEngine(policy, max_batch=size, max_rows=2 * size, **kwargs)
 
 
 def baseline_episodes(
@@ -168,6 +207,26 @@ async def engine_phase(
     )
 
 
+def timed_phase(
+    backend: Any,
+    reset: Callable[[], None],
+    codec: ChatCodec,
+    jobs: Sequence[tuple[Any, SavePoint | None, int]],
+    sampling: SamplingParams,
+    max_turns: int,
+    warm_jobs: Sequence[tuple[Any, SavePoint | None, int]] | None = None,
+) -> tuple[list[Episode], float]:
+    """Empty the backend's prefix cache (`reset`), run `warm_jobs` untimed if given (the roots, whose rows or
+    blocks stay cached, as the scheduler issues replays right after them), then run `jobs`: (episodes, wall
+    seconds of `jobs`)."""
+    reset()
+    if warm_jobs is not None:
+        asyncio.run(engine_phase(backend, codec, warm_jobs, sampling, max_turns))
+    t0 = time.perf_counter()
+    done = asyncio.run(engine_phase(backend, codec, jobs, sampling, max_turns))
+    return done, time.perf_counter() - t0
+
+
 def roots_then_replays(
     backend: Any,
     codec: ChatCodec,
@@ -231,15 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.decode_compare:
         return decode_compare(args)
     args.repeats = args.repeats or (1 if args.quick else 3)
-    batch = args.batch or (16 if args.quick else 64)
-    k = args.k or (2 if args.quick else 4)
-    mnt = args.max_new_tokens or (16 if args.quick else 32)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    policy = load_policy(args.policy, seed=args.seed)
-    tasks = toy_env.load_tasks("bench", batch, args.seed)
-    sampling = SamplingParams(max_new_tokens=mnt, temperature=1.0, top_p=1.0, seed=args.seed)
-    codec = ChatCodec(policy.tokenizer)
+    w = load_workload(args)
+    policy, tasks, sampling, codec = w.policy, w.tasks, w.sampling, w.codec
+    batch, k, mnt = w.batch, w.k, w.max_new_tokens
     half = max(1, args.max_turns // 2)
     log = (lambda s: None) if args.json else (lambda s: print(s, file=sys.stderr))
 
@@ -254,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"baseline: {base_tokens} tokens in {base_time:.1f}s ({len(starts)} replays)")
 
     # (b) engine: same phases
-    engine = LocalEngine(policy, max_batch=max(batch, k * batch), max_rows=2 * max(batch, k * batch))
+    engine = bench_engine(policy, batch, k)
     roots, anchors, jobs, replays, eng_time = roots_then_replays(
         engine, codec, tasks, sampling, args.max_turns, k, args.seed
     )
@@ -281,12 +334,17 @@ def main(argv: list[str] | None = None) -> int:
         root_jobs = [(t, None, args.seed + i) for i, t in enumerate(tasks)]
         for warm in (False, True):
             for name, jobs_i in (("full", fresh), ("rep", again)):
-                engine.clear_cache()
-                if warm:  # same seeds as phase 1: the same roots, whose rows stay parked
-                    asyncio.run(engine_phase(engine, codec, root_jobs, sampling, args.max_turns))
-                t0 = time.perf_counter()
-                done = asyncio.run(engine_phase(engine, codec, jobs_i, sampling, args.max_turns))
-                times[f"{name}_{'warm' if warm else 'cold'}"].append(time.perf_counter() - t0)
+                # warm: same seeds as phase 1, the same roots, whose rows stay parked
+                done, seconds = timed_phase(
+                    engine,
+                    engine.clear_cache,
+                    codec,
+                    jobs_i,
+                    sampling,
+                    args.max_turns,
+                    root_jobs if warm else None,
+                )
+                times[f"{name}_{'warm' if warm else 'cold'}"].append(seconds)
                 if name == "rep":
                     rep = done
                 else:
@@ -331,15 +389,9 @@ def main(argv: list[str] | None = None) -> int:
 def decode_compare(args: argparse.Namespace) -> int:
     """The fast engine forward against the original one on the agent workload (phases 1 + 2), alternating."""
     repeats = args.repeats or (2 if args.quick else 5)
-    batch = args.batch or (16 if args.quick else 64)
-    k = args.k or (2 if args.quick else 4)
-    mnt = args.max_new_tokens or (16 if args.quick else 32)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    policy = load_policy(args.policy, seed=args.seed)
-    tasks = toy_env.load_tasks("bench", batch, args.seed)
-    sampling = SamplingParams(max_new_tokens=mnt, temperature=1.0, top_p=1.0, seed=args.seed)
-    codec = ChatCodec(policy.tokenizer)
+    w = load_workload(args)
+    policy, tasks, sampling, codec = w.policy, w.tasks, w.sampling, w.codec
+    batch, k, mnt = w.batch, w.k, w.max_new_tokens
     reference_cls: Any = None
     if args.reference_module:
         import importlib.util
@@ -360,10 +412,10 @@ def decode_compare(args: argparse.Namespace) -> int:
     for rep_i in range(repeats):
         order = (True, False) if rep_i % 2 == 0 else (False, True)  # alternate which goes first
         for fast in order:
-            size = max(batch, k * batch)
             if fast or reference_cls is None:
-                engine = LocalEngine(policy, max_batch=size, max_rows=2 * size, fast_decode=fast)
+                engine = bench_engine(policy, batch, k, fast_decode=fast)
             else:
+                size = max(batch, k * batch)
                 engine = reference_cls(policy, max_batch=size, max_rows=2 * size)
             cpu0 = time.process_time()
             roots, _, _, replays, wall = roots_then_replays(
@@ -500,16 +552,12 @@ def replay_cost(
     root_jobs = [(t, None, args.seed + i) for i, t in enumerate(tasks)]
     timed: dict[str, float] = {}
     for name in ("full", "rep"):
-        reset()
-        asyncio.run(engine_phase(backend, codec, root_jobs, sampling, args.max_turns))
         phase = [
             (t, None if name == "full" else sp, args.seed + 20_000 + 100 * i + j)
             for i, (t, sp) in enumerate(anchors)
             for j in range(k)
         ]
-        t1 = time.perf_counter()
-        asyncio.run(engine_phase(backend, codec, phase, sampling, args.max_turns))
-        timed[name] = time.perf_counter() - t1
+        _, timed[name] = timed_phase(backend, reset, codec, phase, sampling, args.max_turns, root_jobs)
     return round(timed["rep"] / timed["full"], 3) if anchors else None
 
 
@@ -523,8 +571,7 @@ def local_runs(
     repeats: int,
 ) -> dict[str, Any]:
     """LocalEngine on the workload: tokens/s of roots + replays (median of `repeats` runs), replay cost."""
-    batch = len(tasks)
-    engine = LocalEngine(policy, max_batch=max(batch, k * batch), max_rows=2 * max(batch, k * batch))
+    engine = bench_engine(policy, len(tasks), k)
     rates: list[float] = []
     for _ in range(repeats):
         engine.clear_cache()
@@ -550,17 +597,11 @@ def server_comparison(args: argparse.Namespace) -> int:
     from trace_rl.rollout.servers import VLLMBackend
     from trace_rl.rollout.vllm_server import VLLMServer, export_policy, launch_servers, stop_servers
 
-    batch = args.batch or (8 if args.quick else 16)
-    k = args.k or 2
-    mnt = args.max_new_tokens or (16 if args.quick else 32)
     repeats = args.repeats or (1 if args.quick else 3)
     block = VLLMServer.block_size
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    policy = load_policy(args.policy, seed=args.seed)
-    tasks = toy_env.load_tasks("bench", batch, args.seed, with_schema=args.with_schema)
-    sampling = SamplingParams(max_new_tokens=mnt, temperature=1.0, top_p=1.0, seed=args.seed)
-    codec = ChatCodec(policy.tokenizer)
+    w = load_workload(args, batch=(8, 16), k=(2, 2), with_schema=args.with_schema)
+    policy, tasks, sampling, codec = w.policy, w.tasks, w.sampling, w.codec
+    batch, k, mnt = w.batch, w.k, w.max_new_tokens
     log = (lambda s: None) if args.json else (lambda s: print(s, file=sys.stderr))
     root_jobs = [(t, None, args.seed + i) for i, t in enumerate(tasks)]
     n_root = len(root_jobs)

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 
 from trace_rl.rollout.backends import SamplingParams  # noqa: E402
-from trace_rl.rollout.engine import _common_prefix, _PromptSet, _sample  # noqa: E402
+from trace_rl.rollout.engine import _common_prefix, _PromptSet  # noqa: E402
+from trace_rl.rollout.sampling import sample_tokens  # noqa: E402
 
 logit_rows = st.lists(st.floats(-20, 20, allow_nan=False, width=32), min_size=2, max_size=12)
 
@@ -27,7 +28,7 @@ def test_sampled_token_lies_in_the_top_p_set_and_logprob_matches(rows, top_p, te
     logits = torch.tensor([r[:width] for r in rows], dtype=torch.float32)
     params = [SamplingParams(temperature=temp, top_p=top_p)] * len(rows)
     gens = [torch.Generator().manual_seed(seed + i) for i in range(len(rows))]
-    tok, lp = _sample(logits, params, gens)
+    tok, lp = sample_tokens(logits, params, gens)
     logp = torch.log_softmax(logits / temp, dim=-1)
     for r in range(len(rows)):
         p = logp[r].exp().numpy().astype(np.float64)

@@ -10,7 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from trace_rl.rollout.backends import SamplingParams  # noqa: E402
-from trace_rl.rollout.engine import LocalEngine, _sample, completion_seed  # noqa: E402
+from trace_rl.rollout.engine import LocalEngine, completion_seed  # noqa: E402
+from trace_rl.rollout.sampling import sample_tokens  # noqa: E402
 
 PROMPT = list(range(5, 40))  # 35 arbitrary ids of the 512-token vocabulary
 
@@ -133,12 +134,12 @@ def test_sample_logprobs_hand_computed():
     logits = torch.tensor([[0.0, math.log(3.0)], [0.0, math.log(3.0)]])
     gens = [torch.Generator().manual_seed(i) for i in range(2)]
     params = [SamplingParams(temperature=1.0), SamplingParams(temperature=0.5)]
-    tok, lp = _sample(logits, params, gens)
+    tok, lp = sample_tokens(logits, params, gens)
     expect = [[math.log(0.25), math.log(0.75)], [math.log(0.1), math.log(0.9)]]
     for r in range(2):
         assert lp[r].item() == pytest.approx(expect[r][int(tok[r])], abs=1e-6)
     # greedy takes the argmax and reports its temperature-1 logprob, log(3/4)
-    tok, lp = _sample(logits[:1], [SamplingParams(temperature=0.0)], gens[:1])
+    tok, lp = sample_tokens(logits[:1], [SamplingParams(temperature=0.0)], gens[:1])
     assert int(tok[0]) == 1 and lp[0].item() == pytest.approx(math.log(0.75), abs=1e-6)
 
 
@@ -146,7 +147,7 @@ def test_sample_frequencies_follow_probabilities():
     # 4000 draws from [1/4, 3/4]: the share of token 1 is 0.75 within 4 standard errors (sqrt(.1875/4000) ~ .0068)
     logits = torch.tensor([[0.0, math.log(3.0)]]).expand(4000, 2)
     gens = [torch.Generator().manual_seed(completion_seed(0, i)) for i in range(4000)]
-    tok, _ = _sample(logits, [SamplingParams()] * 4000, gens)
+    tok, _ = sample_tokens(logits, [SamplingParams()] * 4000, gens)
     assert abs(tok.float().mean().item() - 0.75) < 4 * 0.0068
 
 

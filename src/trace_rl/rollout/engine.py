@@ -18,19 +18,14 @@ Design (docs/rollout.md):
   completion does not depend on what else is in the batch (up to floating-point differences of batched
   matrix products).
 
-The forward pass is written here against the Llama/Qwen2/Qwen3 module layout of transformers (embed, RMSNorm,
-q/k/v/o projections with optional q/k norms, rotary embedding, gated MLP), reusing the model's own modules and
-weights; `tests/unit/test_engine.py` checks its logits against the model's own forward.
-- The forward (`_forward_rows`, issue 38) computes only the rows it is given (a decode step: the active ones)
-  and reads the cache in place, per span of nearby rows up to that span's longest row (`_spans`). On a CPU a
-  decode step is bound by memory traffic: the weights (once per step) and every active row's cached keys and
-  values (docs/benchmarks.md). `fast_decode=False` keeps the original forward as a reference.
+Modules: the batched forward over the cache is `rollout/engine_forward.py` (`_forward_rows`, issue 38: only
+the rows it is given, attention on cache views; `fast_decode=False` keeps the original forward as a
+reference), the sampler `rollout/sampling.py`; this module schedules requests and manages the cache rows.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,16 +33,15 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from trace_rl.rollout.backends import Completion, SamplingParams, completion_seed
+from trace_rl.rollout.engine_forward import Span, cache_spans, forward_reference, forward_rows
+from trace_rl.rollout.sampling import sample_tokens
 
 SUPPORTED = ("llama", "qwen2", "qwen3")
 FREE, ACTIVE, PARKED = 0, 1, 2
 DEFER_TOKENS = 8
 DEFER_SHARE = 0.9
-_RMS_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm")
-SPAN_GAP = 4  # decode: a run of more idle cache rows than this between active ones splits the attention
 
 
 @dataclass
@@ -292,7 +286,7 @@ class LocalEngine:
                 torch.Generator(device="cpu").manual_seed(completion_seed(req.sampling.seed, j))
                 for j in range(req.n)
             ]
-            toks, lps = _sample(logits[i : i + 1].expand(req.n, -1), [req.sampling] * req.n, gens)
+            toks, lps = sample_tokens(logits[i : i + 1].expand(req.n, -1), [req.sampling] * req.n, gens)
             for j, r in enumerate(forks):
                 self._rows[r] = _Row(req, j, gens[j], int(toks[j]))
                 self._record(r, int(toks[j]), float(lps[j]))
@@ -346,7 +340,7 @@ class LocalEngine:
             logits = logits[torch.as_tensor(active, device=logits.device)]
         self._cached[active] += 1
         self.stats.decode_steps += 1
-        toks, lps = _sample(logits, [r.request.sampling for r in rows], [r.generator for r in rows])
+        toks, lps = sample_tokens(logits, [r.request.sampling for r in rows], [r.generator for r in rows])
         for j, r in enumerate(active):
             self._record(int(r), int(toks[j]), float(lps[j]))
 
@@ -424,7 +418,6 @@ class LocalEngine:
         self._rows_cap, self._pos_cap = rows, positions
 
     # ----------------------------------------------------------------------------------------- model
-    @torch.inference_mode()
     def _forward(
         self,
         rows: slice | np.ndarray,
@@ -433,187 +426,26 @@ class LocalEngine:
         write: np.ndarray | None = None,
         last: np.ndarray | None = None,
     ) -> torch.Tensor:
-        """Run ids (R, L) at positions start[r] + (0..L-1) over cache rows `rows`; return logits (R, V).
-
-        rows: a slice of the cache (decode: every row in it is computed, attention reads the cache in place)
-            or an index array (prefill: the rows' keys/values are gathered).
-        write: cache rows whose new keys/values are stored (default all of `rows`); with a slice, rows outside
-            `write` are computed and ignored.
-        last: per row, the index in 0..L-1 whose logits are returned (default L-1; right-padded prefill).
-        """
+        """`forward_reference` over this engine's cache (the original forward, `fast_decode=False`), timed."""
         t0 = time.perf_counter()
-        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
-        m = self.model.model
-        n_rows, length = ids.shape
-        dev = ids.device
-        pos = start[:, None] + torch.arange(length, device=dev)[None, :]  # (R, L)
-        total = int((start + length).max())
-        mask = torch.arange(total, device=dev)[None, None, None, :] <= pos[:, None, :, None]  # (R, 1, L, T)
-        if isinstance(rows, slice):
-            lo = rows.start or 0
-            local = (
-                torch.arange(n_rows, device=dev) if write is None else torch.as_tensor(write - lo, device=dev)
-            )
-            target = local + lo
-        else:
-            local = torch.arange(n_rows, device=dev)
-            target = torch.as_tensor(rows, device=dev)
-        x = m.embed_tokens(ids)
-        cos, sin = m.rotary_emb(x, pos)
-        for layer, kc, vc in zip(m.layers, self._k, self._v, strict=True):
-            attn = layer.self_attn
-            h = layer.input_layernorm(x)
-            shape = (n_rows, length, -1, self.head_dim)
-            q = attn.q_proj(h).view(shape)
-            k = attn.k_proj(h).view(shape)
-            v = attn.v_proj(h).view(shape)
-            if hasattr(attn, "q_norm"):
-                q, k = attn.q_norm(q), attn.k_norm(k)
-            q, k = apply_rotary_pos_emb(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
-            kc[target[:, None], :, pos[local]] = k.transpose(1, 2)[local]
-            vc[target[:, None], :, pos[local]] = v[local]
-            if isinstance(rows, slice):
-                keys, values = kc[rows, :, :total], vc[rows, :, :total]  # views
-            else:
-                keys, values = kc[target, :, :total], vc[target, :, :total]  # gathered copies
-            out = F.scaled_dot_product_attention(
-                q, keys, values, attn_mask=mask, scale=attn.scaling, enable_gqa=True
-            )
-            x = x + attn.o_proj(out.transpose(1, 2).reshape(n_rows, length, -1))
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
-        pick = (
-            torch.full((n_rows,), length - 1, device=dev)
-            if last is None
-            else torch.as_tensor(last, device=dev)
-        )
-        logits = self.model.lm_head(m.norm(x[torch.arange(n_rows, device=dev), pick]))
+        logits = forward_reference(self.model, self._k, self._v, rows, ids, start, write, last)
         self.stats.forward_seconds += time.perf_counter() - t0
-        return logits.float()
+        return logits
 
-    @torch.inference_mode()
     def _forward_rows(
         self, rows: np.ndarray, ids: torch.Tensor, start: np.ndarray, last: np.ndarray | None = None
     ) -> torch.Tensor:
-        """Run ids (R, L) at positions start[r] + (0..L-1) of cache rows `rows` (distinct, ascending); store
-        their keys/values and return logits (R, V) float32 at index last[r] of each row (default L-1).
-
-        Same arithmetic as `_forward`, but only the given rows are computed and attention reads the cache in
-        place: per span of nearby rows (`_spans`), a view up to that span's longest row (no gathered copy of
-        the rows, no padding to the longest row of the batch). Decode (L = 1) attends with two batched
-        products over the G query heads of each key/value head (no key/value repeat; float32); prefill (L > 1)
-        and other dtypes with scaled_dot_product_attention on the views.
-        """
+        """`forward_rows` over this engine's cache (only the given rows, attention on cache views), timed."""
         t0 = time.perf_counter()
-        m = self.model.model
-        dev = self.device
-        n, length = ids.shape
-        hd = self.head_dim
-        rows_t = torch.from_numpy(rows).to(dev)
-        pos = torch.from_numpy(start[:, None] + np.arange(length)[None, :]).to(dev)  # (R, L)
-        spans = self._spans(rows, start, length)
-        # decode in float32: two batched products per span (lower precisions go through SDPA, whose softmax
-        # accumulates in float32)
-        manual = length == 1 and self.dtype == torch.float32
-        hidden = {sp[0]: ~sp[6] for sp in spans if manual and sp[6] is not None}  # keys a row must not see
-        x = m.embed_tokens(ids)  # (R, L, H)
-        cos, sin = m.rotary_emb(x, pos)  # (R, L, D)
-        cos, sin = cos[:, None], sin[:, None]
-        for layer, kc, vc in zip(m.layers, self._k, self._v, strict=True):
-            attn = layer.self_attn
-            h = _rms_norm(layer.input_layernorm, x)
-            shape = (n, length, -1, hd)
-            q = attn.q_proj(h).view(shape)
-            k = attn.k_proj(h).view(shape)
-            v = attn.v_proj(h).view(shape)
-            if hasattr(attn, "q_norm"):
-                q, k = _rms_norm(attn.q_norm, q), _rms_norm(attn.k_norm, k)
-            q, k = q.transpose(1, 2), k.transpose(1, 2)  # (R, heads, L, D)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
-            kc[rows_t[:, None], :, pos] = k.transpose(1, 2)
-            vc[rows_t[:, None], :, pos] = v
-            outs = []
-            for lo, hi, a, b, total, local, mask in spans:
-                qs = q[a:b]
-                if local is not None:  # idle rows inside the span get zero queries; their output is dropped
-                    qs = q.new_zeros(hi - lo, *q.shape[1:])
-                    qs[local] = q[a:b]
-                keys, values = kc[lo:hi, :, :total], vc[lo:hi, :, :total]  # views
-                if manual:
-                    qs = (qs * attn.scaling).reshape(hi - lo, self.n_kv, -1, hd)  # (rows, KV, G, D)
-                    scores = torch.matmul(qs, keys.transpose(-1, -2))  # (rows, KV, G, T)
-                    if mask is not None:
-                        scores.masked_fill_(hidden[lo], float("-inf"))
-                    o = torch.matmul(scores.softmax(-1), values).reshape(hi - lo, 1, -1)
-                else:
-                    o = F.scaled_dot_product_attention(
-                        qs, keys, values, attn_mask=mask, scale=attn.scaling, enable_gqa=True
-                    )
-                    o = o.transpose(1, 2).reshape(hi - lo, length, -1)  # (rows, L, Hq * D)
-                outs.append(o if local is None else o[local])
-            out = outs[0] if len(outs) == 1 else torch.cat(outs)
-            x = x + attn.o_proj(out)
-            x = x + layer.mlp(_rms_norm(layer.post_attention_layernorm, x))
-        if last is None:
-            x = x[:, -1]
-        else:
-            x = x[torch.arange(n, device=dev), torch.from_numpy(last).to(dev)]
-        logits = self.model.lm_head(_rms_norm(m.norm, x))
+        with torch.inference_mode():
+            spans = self._spans(rows, start, ids.shape[1])
+            logits = forward_rows(self.model, self._k, self._v, rows, ids, start, spans, last)
         self.stats.forward_seconds += time.perf_counter() - t0
-        return logits.float()
+        return logits
 
-    def _spans(
-        self, rows: np.ndarray, start: np.ndarray, length: int
-    ) -> list[tuple[int, int, int, int, int, torch.Tensor | None, torch.Tensor | None]]:
-        """Split the ascending cache rows of a forward into spans that attention reads as one view each.
-
-        A gap of more than SPAN_GAP idle rows starts a new span (reading an idle row's cache costs more than a
-        few extra operations). Returns per span (lo, hi, a, b, total, local, mask): cache rows lo..hi-1, of
-        which rows[a:b] are computed; total = 1 + the span's last position (keys read); local = the computed
-        rows' offsets in the span (None when there is no idle row); mask = bool (rows, 1, L, total), True where
-        a query may attend (causal from each row's start; None for decode when all rows end at the same
-        position). Idle rows see every key.
-        """
-        cuts = np.flatnonzero(np.diff(rows) > SPAN_GAP + 1) + 1
-        bounds = [0, *cuts.tolist(), rows.size]
-        spans = []
-        for a, b in itertools.pairwise(bounds):
-            lo, hi = int(rows[a]), int(rows[b - 1]) + 1
-            total = int(start[a:b].max()) + length
-            dense = hi - lo == b - a
-            local = None if dense else torch.from_numpy(rows[a:b] - lo).to(self.device)
-            mask = None
-            if length > 1 or not (dense and bool((start[a:b] == total - 1).all())):
-                first = np.full(hi - lo, total - length, np.int64)  # idle rows: every key visible
-                first[rows[a:b] - lo] = start[a:b]
-                qpos = first[:, None] + np.arange(length)[None, :]  # (rows, L)
-                see = np.arange(total)[None, None, :] <= qpos[:, :, None]  # (rows, L, T)
-                mask = torch.from_numpy(see[:, None]).to(self.device)
-            spans.append((lo, hi, a, b, total, local, mask))
-        return spans
-
-
-def _rms_norm(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """norm(x) for the RMSNorm of llama/qwen2/qwen3 (weight * x / sqrt(mean(x^2) + eps)) in one fused op
-    (`F.rms_norm`, the same values for float32 inputs); any other module is called as it is."""
-    eps = getattr(norm, "variance_epsilon", None)
-    weight = getattr(norm, "weight", None)
-    if (
-        x.dtype != torch.float32
-        or eps is None
-        or not isinstance(weight, torch.Tensor)
-        or type(norm).__name__ not in _RMS_NORMS
-    ):
-        out: torch.Tensor = norm(x)
-        return out
-    return F.rms_norm(x, (x.shape[-1],), weight, eps)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """(-x2, x1) of the halves of the last dim, as transformers' rotate_half."""
-    h = x.shape[-1] // 2
-    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+    def _spans(self, rows: np.ndarray, start: np.ndarray, length: int) -> list[Span]:
+        """`cache_spans` on this engine's device."""
+        return cache_spans(rows, start, length, self.device)
 
 
 class _PromptSet:
@@ -648,37 +480,3 @@ def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
     n = min(a.size, b.size)
     diff = np.flatnonzero(a[:n] != b[:n])
     return int(diff[0]) if diff.size else n
-
-
-def _sample(
-    logits: torch.Tensor, params: Sequence[SamplingParams], generators: Sequence[torch.Generator]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one token per row. logits (R, V); returns (tokens int64 (R,), logprobs float32 (R,)).
-
-    Row r samples from softmax(logits_r / T_r) truncated to the smallest top-p set (inverse-CDF with a
-    uniform from its own generator), or takes the argmax when T_r = 0. The logprob is under the untruncated
-    softmax(logits_r / T_r) (T = 1 for greedy).
-    """
-    logits = logits.float().cpu()
-    temp = torch.tensor([p.temperature for p in params], dtype=torch.float32)
-    top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32)
-    greedy = temp == 0
-    scaled = logits / torch.where(greedy, torch.ones_like(temp), temp)[:, None]
-    logp = torch.log_softmax(scaled, dim=-1)
-    probs = logp.exp()
-    u = torch.cat([torch.rand(1, generator=g) for g in generators])
-    if bool((top_p < 1).any()):
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        keep = (sorted_p.cumsum(-1) - sorted_p) < top_p[:, None]
-        cdf = (sorted_p * keep).cumsum(-1)
-        j = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).clamp_max(cdf.shape[1] - 1)
-        tok = order.gather(1, j).squeeze(1)
-    else:
-        cdf = probs.cumsum(-1)
-        tok = (
-            torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)
-            .clamp_max(cdf.shape[1] - 1)
-            .squeeze(1)
-        )
-    tok = torch.where(greedy, logits.argmax(-1), tok)
-    return tok, logp.gather(1, tok[:, None]).squeeze(1)

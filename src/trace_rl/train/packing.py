@@ -34,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from trace_rl.advantages.tokens import PathTokens
+from trace_rl.train.logprobs import sequence_logprobs, upcast
 
 _log = logging.getLogger(__name__)
 
@@ -217,7 +218,7 @@ def packed_logprobs(
 ) -> Any:
     """Log-probabilities (B, T) of each path's turn tokens under ``model``, computed on packed rows; 0-padded to
     T = ``span`` (default: the longest turn span of ``rows``), the same tensor as
-    `trace_rl.train.update.sequence_logprobs` up to floating-point rounding.
+    `trace_rl.train.logprobs.sequence_logprobs` up to floating-point rounding.
 
     Args:
         model: a causal LM taking ``input_ids``, ``position_ids`` and a 4D additive ``attention_mask``
@@ -233,8 +234,6 @@ def packed_logprobs(
             not a partition of the paths, or ``span`` shorter than a path's turn tokens.
     """
     import torch
-
-    from trace_rl.train.update import upcast
 
     if sorted(i for g in groups for i in g) != list(range(len(rows))):
         raise ValueError("groups must hold every path exactly once")
@@ -316,8 +315,6 @@ def _probe_error(model: Any) -> float:
     tokens and then differ for 3 and 2 tokens (the later branch in the packed row is predicted from positions
     after the earlier branch's tokens, which a model that ignores the mask would attend to)."""
     import torch
-
-    from trace_rl.train.update import sequence_logprobs
 
     vocab = int(model.get_input_embeddings().weight.shape[0])
     ids = np.random.default_rng(0).integers(0, vocab, 10)

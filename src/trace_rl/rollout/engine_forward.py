@@ -1,0 +1,223 @@
+"""The local engine's batched forward pass over its row-wise KV cache: run token ids at per-row positions, store
+their keys/values in the cache, return the next-token logits.
+
+Written against the Llama/Qwen2/Qwen3 module layout of transformers (embed, RMSNorm, q/k/v/o projections with
+optional q/k norms, rotary embedding, gated MLP), reusing the model's own modules and weights;
+`tests/unit/test_engine.py` checks the logits against the model's own forward. The cache is one
+`(rows, kv_heads, positions, head_dim)` tensor per layer for keys and one for values (`LocalEngine` owns it).
+
+- `forward_rows` (issue 38) computes only the rows it is given (a decode step: the active ones) and reads the
+  cache in place, per span of nearby rows up to that span's longest row (`cache_spans`). On a CPU a decode
+  step is bound by memory traffic: the weights (once per step) and every active row's cached keys and values
+  (docs/benchmarks.md).
+- `forward_reference` is the original forward (`LocalEngine(fast_decode=False)`), kept as the reference the
+  fast one is tested against.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+SPAN_GAP = 4  # decode: a run of more idle cache rows than this between active ones splits the attention
+_RMS_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm")
+
+# (lo, hi, a, b, total, local, mask): see `cache_spans`
+Span = tuple[int, int, int, int, int, torch.Tensor | None, torch.Tensor | None]
+
+
+@torch.inference_mode()
+def forward_reference(
+    model: Any,
+    k_cache: list[torch.Tensor],
+    v_cache: list[torch.Tensor],
+    rows: slice | np.ndarray,
+    ids: torch.Tensor,
+    start: torch.Tensor,
+    write: np.ndarray | None = None,
+    last: np.ndarray | None = None,
+) -> torch.Tensor:
+    """Run ids (R, L) at positions start[r] + (0..L-1) over cache rows `rows`; return logits (R, V) float32.
+
+    rows: a slice of the cache (decode: every row in it is computed, attention reads the cache in place)
+        or an index array (prefill: the rows' keys/values are gathered).
+    write: cache rows whose new keys/values are stored (default all of `rows`); with a slice, rows outside
+        `write` are computed and ignored.
+    last: per row, the index in 0..L-1 whose logits are returned (default L-1; right-padded prefill).
+    """
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    m = model.model
+    head_dim = k_cache[0].shape[-1]
+    n_rows, length = ids.shape
+    dev = ids.device
+    pos = start[:, None] + torch.arange(length, device=dev)[None, :]  # (R, L)
+    total = int((start + length).max())
+    mask = torch.arange(total, device=dev)[None, None, None, :] <= pos[:, None, :, None]  # (R, 1, L, T)
+    if isinstance(rows, slice):
+        lo = rows.start or 0
+        local = torch.arange(n_rows, device=dev) if write is None else torch.as_tensor(write - lo, device=dev)
+        target = local + lo
+    else:
+        local = torch.arange(n_rows, device=dev)
+        target = torch.as_tensor(rows, device=dev)
+    x = m.embed_tokens(ids)
+    cos, sin = m.rotary_emb(x, pos)
+    for layer, kc, vc in zip(m.layers, k_cache, v_cache, strict=True):
+        attn = layer.self_attn
+        h = layer.input_layernorm(x)
+        shape = (n_rows, length, -1, head_dim)
+        q = attn.q_proj(h).view(shape)
+        k = attn.k_proj(h).view(shape)
+        v = attn.v_proj(h).view(shape)
+        if hasattr(attn, "q_norm"):
+            q, k = attn.q_norm(q), attn.k_norm(k)
+        q, k = apply_rotary_pos_emb(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+        kc[target[:, None], :, pos[local]] = k.transpose(1, 2)[local]
+        vc[target[:, None], :, pos[local]] = v[local]
+        if isinstance(rows, slice):
+            keys, values = kc[rows, :, :total], vc[rows, :, :total]  # views
+        else:
+            keys, values = kc[target, :, :total], vc[target, :, :total]  # gathered copies
+        out = F.scaled_dot_product_attention(
+            q, keys, values, attn_mask=mask, scale=attn.scaling, enable_gqa=True
+        )
+        x = x + attn.o_proj(out.transpose(1, 2).reshape(n_rows, length, -1))
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    pick = (
+        torch.full((n_rows,), length - 1, device=dev) if last is None else torch.as_tensor(last, device=dev)
+    )
+    logits: torch.Tensor = model.lm_head(m.norm(x[torch.arange(n_rows, device=dev), pick]))
+    return logits.float()
+
+
+@torch.inference_mode()
+def forward_rows(
+    model: Any,
+    k_cache: list[torch.Tensor],
+    v_cache: list[torch.Tensor],
+    rows: np.ndarray,
+    ids: torch.Tensor,
+    start: np.ndarray,
+    spans: list[Span],
+    last: np.ndarray | None = None,
+) -> torch.Tensor:
+    """Run ids (R, L) at positions start[r] + (0..L-1) of cache rows `rows` (distinct, ascending); store
+    their keys/values and return logits (R, V) float32 at index last[r] of each row (default L-1).
+
+    `spans` is `cache_spans(rows, start, L, device)`. Same arithmetic as `forward_reference`, but only the given
+    rows are computed and attention reads the cache in place: per span of nearby rows, a view up to that span's
+    longest row (no gathered copy of the rows, no padding to the longest row of the batch). Decode (L = 1)
+    attends with two batched products over the G query heads of each key/value head (no key/value repeat;
+    float32); prefill (L > 1) and other dtypes with scaled_dot_product_attention on the views.
+    """
+    m = model.model
+    dev = k_cache[0].device
+    n_kv, hd = k_cache[0].shape[1], k_cache[0].shape[3]
+    n, length = ids.shape
+    rows_t = torch.from_numpy(rows).to(dev)
+    pos = torch.from_numpy(start[:, None] + np.arange(length)[None, :]).to(dev)  # (R, L)
+    # decode in float32: two batched products per span (lower precisions go through SDPA, whose softmax
+    # accumulates in float32)
+    manual = length == 1 and k_cache[0].dtype == torch.float32
+    hidden = {sp[0]: ~sp[6] for sp in spans if manual and sp[6] is not None}  # keys a row must not see
+    x = m.embed_tokens(ids)  # (R, L, H)
+    cos, sin = m.rotary_emb(x, pos)  # (R, L, D)
+    cos, sin = cos[:, None], sin[:, None]
+    for layer, kc, vc in zip(m.layers, k_cache, v_cache, strict=True):
+        attn = layer.self_attn
+        h = rms_norm(layer.input_layernorm, x)
+        shape = (n, length, -1, hd)
+        q = attn.q_proj(h).view(shape)
+        k = attn.k_proj(h).view(shape)
+        v = attn.v_proj(h).view(shape)
+        if hasattr(attn, "q_norm"):
+            q, k = rms_norm(attn.q_norm, q), rms_norm(attn.k_norm, k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (R, heads, L, D)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        kc[rows_t[:, None], :, pos] = k.transpose(1, 2)
+        vc[rows_t[:, None], :, pos] = v
+        outs = []
+        for lo, hi, a, b, total, local, mask in spans:
+            qs = q[a:b]
+            if local is not None:  # idle rows inside the span get zero queries; their output is dropped
+                qs = q.new_zeros(hi - lo, *q.shape[1:])
+                qs[local] = q[a:b]
+            keys, values = kc[lo:hi, :, :total], vc[lo:hi, :, :total]  # views
+            if manual:
+                qs = (qs * attn.scaling).reshape(hi - lo, n_kv, -1, hd)  # (rows, KV, G, D)
+                scores = torch.matmul(qs, keys.transpose(-1, -2))  # (rows, KV, G, T)
+                if mask is not None:
+                    scores.masked_fill_(hidden[lo], float("-inf"))
+                o = torch.matmul(scores.softmax(-1), values).reshape(hi - lo, 1, -1)
+            else:
+                o = F.scaled_dot_product_attention(
+                    qs, keys, values, attn_mask=mask, scale=attn.scaling, enable_gqa=True
+                )
+                o = o.transpose(1, 2).reshape(hi - lo, length, -1)  # (rows, L, Hq * D)
+            outs.append(o if local is None else o[local])
+        out = outs[0] if len(outs) == 1 else torch.cat(outs)
+        x = x + attn.o_proj(out)
+        x = x + layer.mlp(rms_norm(layer.post_attention_layernorm, x))
+    if last is None:
+        x = x[:, -1]
+    else:
+        x = x[torch.arange(n, device=dev), torch.from_numpy(last).to(dev)]
+    logits: torch.Tensor = model.lm_head(rms_norm(m.norm, x))
+    return logits.float()
+
+
+def cache_spans(rows: np.ndarray, start: np.ndarray, length: int, device: torch.device) -> list[Span]:
+    """Split the ascending cache rows of a forward into spans that attention reads as one view each.
+
+    A gap of more than SPAN_GAP idle rows starts a new span (reading an idle row's cache costs more than a
+    few extra operations). Returns per span (lo, hi, a, b, total, local, mask): cache rows lo..hi-1, of
+    which rows[a:b] are computed; total = 1 + the span's last position (keys read); local = the computed
+    rows' offsets in the span (None when there is no idle row); mask = bool (rows, 1, L, total), True where
+    a query may attend (causal from each row's start; None for decode when all rows end at the same
+    position). Idle rows see every key. Tensors are on `device`.
+    """
+    cuts = np.flatnonzero(np.diff(rows) > SPAN_GAP + 1) + 1
+    bounds = [0, *cuts.tolist(), rows.size]
+    spans: list[Span] = []
+    for a, b in itertools.pairwise(bounds):
+        lo, hi = int(rows[a]), int(rows[b - 1]) + 1
+        total = int(start[a:b].max()) + length
+        dense = hi - lo == b - a
+        local = None if dense else torch.from_numpy(rows[a:b] - lo).to(device)
+        mask = None
+        if length > 1 or not (dense and bool((start[a:b] == total - 1).all())):
+            first = np.full(hi - lo, total - length, np.int64)  # idle rows: every key visible
+            first[rows[a:b] - lo] = start[a:b]
+            qpos = first[:, None] + np.arange(length)[None, :]  # (rows, L)
+            see = np.arange(total)[None, None, :] <= qpos[:, :, None]  # (rows, L, T)
+            mask = torch.from_numpy(see[:, None]).to(device)
+        spans.append((lo, hi, a, b, total, local, mask))
+    return spans
+
+
+def rms_norm(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """norm(x) for the RMSNorm of llama/qwen2/qwen3 (weight * x / sqrt(mean(x^2) + eps)) in one fused op
+    (`F.rms_norm`, the same values for float32 inputs); any other module is called as it is."""
+    eps = getattr(norm, "variance_epsilon", None)
+    weight = getattr(norm, "weight", None)
+    if (
+        x.dtype != torch.float32
+        or eps is None
+        or not isinstance(weight, torch.Tensor)
+        or type(norm).__name__ not in _RMS_NORMS
+    ):
+        out: torch.Tensor = norm(x)
+        return out
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """(-x2, x1) of the halves of the last dim, as transformers' rotate_half."""
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
