@@ -31,7 +31,7 @@ class MinilmBlock(FeatureBlock):
 
     def __init__(self, owner: str, config: ConvexConfig, **inputs: Any) -> None:
         super().__init__(owner, config)
-        self.encoder = inputs.get("encoder")
+        self.encoder: Any = inputs.get("encoder")
         if self.encoder is None:
             raise ValueError(f"features={config.features!r} needs an encoder")
         self.cache: dict[str, np.ndarray] = {}
@@ -72,7 +72,7 @@ def minilm_encoder(device: str | None, batch: int) -> Any:
             input_ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
             mask[i, : len(row)] = True
         with torch.inference_mode():
-            out = backbone(input_ids.to(dev), mask.to(dev)).float().cpu().numpy()
+            out: np.ndarray = backbone(input_ids.to(dev), mask.to(dev)).float().cpu().numpy()
         return out
 
     return encode

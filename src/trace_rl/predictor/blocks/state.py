@@ -61,7 +61,8 @@ class PolicyStateBlock(FeatureBlock):
             raise ValueError(
                 f"the policy-state function gave {rows.shape} (or non-finite) for {len(texts)} texts"
             )
-        return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+        unit: FloatArray = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+        return unit
 
     def restore(self, batch: Mapping[str, Any], n: int) -> FloatArray:
         if "states" not in batch:
