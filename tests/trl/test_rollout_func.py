@@ -187,6 +187,8 @@ def test_group_predictor_gets_its_consensus_rows_inside_trl(tmp_path: Any) -> No
     predictor = rollout.parts.predictor
     assert predictor.uses_group and predictor.num_updates == 2
     for batch in predictor._batches:
-        assert batch.groups.shape == (len(batch.texts), 3)
+        assert batch.kept["groups"].shape == (len(batch.texts), 3)
         prefix = np.array(["[TURN 1]" in text for text in batch.texts])
-        assert prefix.any() and (batch.groups[~prefix] == 0).all()  # prompt texts: zeros by definition
+        assert (
+            prefix.any() and (batch.kept["groups"][~prefix] == 0).all()
+        )  # prompt texts: zeros by definition

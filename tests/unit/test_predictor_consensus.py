@@ -185,7 +185,9 @@ def test_replay_allocator_registers_each_anchors_consensus_before_scoring() -> N
         text = serialize_anchor(
             "p", [tree.turns[int(y)] for y in tree.path_to(anchor.node)[1:]], max_chars=2048
         )
-        np.testing.assert_allclose(pred._group[text], sibling_consensus(tree, [anchor.node])[0])
+        np.testing.assert_allclose(
+            pred.blocks["group"].registered[text], sibling_consensus(tree, [anchor.node])[0]
+        )
 
 
 def _smoke_trainer(tmp_path, predictor: str, *extra: str):  # type: ignore[no-untyped-def]
@@ -204,9 +206,14 @@ def _smoke_trainer(tmp_path, predictor: str, *extra: str):  # type: ignore[no-un
 def assert_rows_kept(predictor: ConvexSuccessPredictor) -> None:
     """Every kept update holds one full sibling-consensus row per text, zeros for prompt texts, some prefixes."""
     for batch in predictor._batches:
-        assert batch.groups is not None and batch.groups.shape == (len(batch.texts), len(GROUP_FEATURES))
+        assert "groups" in batch.kept and batch.kept["groups"].shape == (
+            len(batch.texts),
+            len(GROUP_FEATURES),
+        )
         prefix = np.array(["[TURN 1]" in text for text in batch.texts])
-        assert prefix.any() and (batch.groups[~prefix] == 0).all()  # prompt texts: zeros by definition
+        assert (
+            prefix.any() and (batch.kept["groups"][~prefix] == 0).all()
+        )  # prompt texts: zeros by definition
 
 
 def test_trainer_registers_the_consensus_of_every_node_it_trains_on(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -377,7 +384,7 @@ def test_group_prior_predictor_reads_no_outcome_of_the_state_and_stores_the_full
     pred = group_prior_predictor()
     pred.register_group(train, rows)
     pred.update(train, y)
-    np.testing.assert_allclose(pred._batches[0].groups, rows)  # the registered rows, not the columns
+    np.testing.assert_allclose(pred._batches[0].kept["groups"], rows)  # the registered rows, not the columns
     test = [f"[PROMPT]\nunseen {i}\n[TURN 1]\nsame" for i in range(3)]
     a = np.array([[0.5, 0.25, 0.5], [0.3, 0.0, 0.4], [0.6, 0.6, 0.8]])
     pred.register_group(test, a)

@@ -212,12 +212,12 @@ def test_trainer_attaches_its_live_policy_and_registers_what_it_trains_on(tmp_pa
     )
     t = Trainer(cfg, tmp_path / "run", log=lambda s: None)
     t.setup()
-    encoder = t.predictor._state  # type: ignore[attr-defined]
+    encoder = t.predictor.blocks["state"].encoder  # type: ignore[attr-defined]
     assert isinstance(encoder, PolicyStateEncoder) and encoder.model is t.policy.model
     t.run(progress=False)
     assert t.predictor.num_updates == 1  # type: ignore[attr-defined]
     (batch,) = t.predictor._batches  # type: ignore[attr-defined]
-    assert batch.states.shape == (len(batch.texts), 2 * t.policy.model.config.hidden_size)
+    assert batch.kept["states"].shape == (len(batch.texts), 2 * t.policy.model.config.hidden_size)
     assert any("[TURN 1]" in text for text in batch.texts)  # tree nodes, not only prompts, got their contexts
 
 
@@ -234,7 +234,7 @@ def test_prepare_embeds_prompts_without_running_the_policy() -> None:
         "ngram+minilm+state", ConvexConfig(features="ngram+minilm+state"), encoder, no_state
     )
     pred.prepare(["[PROMPT]\na\n", "[PROMPT]\nb\n"])
-    assert len(pred._embed_cache) == 2
+    assert len(pred.blocks["minilm"].cache) == 2  # type: ignore[attr-defined]
 
 
 def test_replay_allocator_registers_each_anchors_save_point_before_scoring() -> None:

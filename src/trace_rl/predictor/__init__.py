@@ -73,7 +73,8 @@ def build_predictor(name_or_path: str, **overrides: Any) -> SuccessPredictor:
     Raises:
         ValueError: unknown name / missing folder / missing package, or an invalid option.
     """
-    from trace_rl.predictor.convex import CONVEX_NAMES, build_convex_predictor
+    from trace_rl.predictor.convex import build_convex_predictor
+    from trace_rl.predictor.names import CONVEX_NAMES
 
     if name_or_path in CONVEX_NAMES:
         return build_convex_predictor(name_or_path, **overrides)

@@ -176,7 +176,7 @@ def load_hf(path: str, pooling: str | None = None, dtype: str = "float32") -> tu
     from transformers import AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModel.from_pretrained(path, dtype=getattr(torch, dtype))

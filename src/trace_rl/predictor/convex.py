@@ -5,10 +5,9 @@ RL step barely learns in a 30-step run (DEMO_HEADROOM.md: prompt-level Spearman 
 offline to convergence), while the difficulty of a prompt is often readable from surface features of its text.
 This predictor therefore
 
-1. maps each text to fixed features: character n-gram counts (``HashingVectorizer``; nothing to train, nothing to
-   go stale) and, optionally, the mean-pooled embedding of a frozen pretrained encoder (all-MiniLM-L6-v2) of
-   the text's prompt block, cached per prompt (a prefix shares its prompt's embedding; its turns reach the head
-   through the n-grams);
+1. maps each text to fixed features, one column block per feature block of its feature set (character n-gram
+   counts, a frozen encoder's embedding of the prompt block, the policy's hidden state, the sibling consensus:
+   :mod:`trace_rl.predictor.blocks`, one module per family behind one protocol);
 2. keeps the (text, successes, trials) of the last ``history_window`` updates (policy versions: the online
    trainer calls ``update`` once per RL step), one batch per update, optionally down-weighted by
    ``history_decay`` per version of age; older outcomes are forgotten, so refit time and memory stay bounded;
@@ -25,28 +24,35 @@ This predictor therefore
 
 It implements the :class:`~trace_rl.predictor.base.SuccessPredictor` protocol; ``update`` is "add these
 examples and refit" rather than one gradient step (the online trainer calls it once per RL step with that step's
-new nodes, see :class:`~trace_rl.predictor.online.OnlineTrainer`).
+new nodes, see :class:`~trace_rl.predictor.online.OnlineTrainer`). This module is the head: the window, refit,
+posterior and state dict; the fits are in :mod:`~trace_rl.predictor.convex_head`, the hyper-parameters in
+:mod:`~trace_rl.predictor.convex_config`.
 """
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from trace_rl.predictor.base import (
-    DEFAULT_EPS,
-    DEFAULT_PRIOR,
-    posterior_mean,
-    validate_texts,
-    validate_update,
+from trace_rl.predictor.base import posterior_mean, validate_texts, validate_update
+from trace_rl.predictor.blocks.base import FeatureBlock, is_prefix
+from trace_rl.predictor.blocks.group import GROUP_CAPACITY  # noqa: F401 (re-exported)
+from trace_rl.predictor.blocks.minilm import minilm_encoder
+from trace_rl.predictor.blocks.registry import BLOCKS, block_names
+from trace_rl.predictor.convex_config import DEFAULT_C, FEATURE_SETS, ConvexConfig  # noqa: F401 (re-exported)
+from trace_rl.predictor.convex_head import (  # noqa: F401 (re-exported)
+    KAPPA_GRID,
+    FloatArray,
+    fit_binomial_logistic,
+    fit_prior_strength,
+    linear_scores,
 )
-from trace_rl.predictor.consensus import GROUP_FEATURES, prior_columns
 from trace_rl.predictor.names import (  # noqa: F401 (re-exported)
     CONVEX_FEATURES,
     CONVEX_NAMES,
@@ -56,247 +62,7 @@ from trace_rl.predictor.names import (  # noqa: F401 (re-exported)
     uses_group_prior,
 )
 
-FloatArray = npt.NDArray[np.float64]
 STATE_FORMAT = 2
-#: Sibling-consensus rows a "group" predictor keeps registered (one per prefix text it may still score or train on).
-GROUP_CAPACITY = 200_000
-#: Grid of Beta prior strengths searched when fitting kappa (log-spaced, 0.1 .. 1000).
-KAPPA_GRID = np.logspace(-1, 3, 41)
-#: Feature sets of :class:`ConvexConfig` (column blocks in this order: n-grams, MiniLM, policy state, group).
-FEATURE_SETS = tuple(CONVEX_FEATURES.values())
-#: serialize_anchor marks every turn of a prefix with "[TURN t]" (or says how many it omitted).
-_TURN_MARKS = ("\n[TURN ", " EARLIER TURNS OMITTED]\n")
-
-
-@dataclass(frozen=True)
-class ConvexConfig:
-    """Hyper-parameters of :class:`ConvexSuccessPredictor`.
-
-    Attributes:
-        features: "ngram", "minilm", "ngram+minilm" (concatenated), or with the policy's hidden state at the
-            anchor (:class:`~trace_rl.predictor.policy_state.PolicyStateEncoder`, attached with
-            :meth:`ConvexSuccessPredictor.attach_state`): "state", "ngram+minilm+state"; or with the sibling
-            consensus of the prefix's tree (:func:`~trace_rl.predictor.consensus.sibling_consensus`, registered
-            with :meth:`ConvexSuccessPredictor.register_group`): "ngram+minilm+group", or its columns without the
-            outcomes of the prefix's own environment state (:func:`~trace_rl.predictor.consensus.prior_columns`,
-            the prior that ``budget.state_evidence`` updates with them): "ngram+minilm+group-prior".
-        ngram_range: character n-gram lengths (inclusive).
-        n_features: hashing dimension of the n-gram counts.
-        c: inverse L2 strength of the logistic head (sklearn's ``C``); larger = weaker regularisation.
-        max_iter: L-BFGS-B iterations per refit (warm-started from the previous fit; on a demo-shaped store with
-            the MiniLM block, 100 leave estimates within about 0.015 of the converged fit: docs/benchmarks.md).
-        kappa: prior strength of the history posterior; None = fitted per level, 0 = history off.
-        kappa_default: prior strength used while a level has too few multi-trial texts to fit it.
-        kappa_min_texts: multi-trial texts a level needs before its kappa is fitted.
-        history_window: updates (policy versions) whose outcomes are kept; None keeps every outcome (refit time
-            and memory then grow with the run).
-        history_decay: weight multiplier per version of age inside the window, in (0, 1] (1: a hard window).
-        max_chars: serialization budget for :func:`trace_rl.predictor.serialize_anchor`.
-        prior: estimate returned before the first update.
-        eps: predictions are clipped to [eps, 1 - eps].
-        device: torch device of the frozen encoder (None = cuda when available).
-        embed_batch: texts per encoder forward pass.
-    """
-
-    features: str = "ngram"
-    ngram_range: tuple[int, int] = (1, 3)
-    n_features: int = 2**14
-    c: float = 1.0
-    max_iter: int = 100
-    kappa: float | None = None
-    kappa_default: float = 4.0
-    kappa_min_texts: int = 20
-    history_window: int | None = 20
-    history_decay: float = 1.0
-    max_chars: int = 1024
-    prior: float = DEFAULT_PRIOR
-    eps: float = DEFAULT_EPS
-    device: str | None = None
-    embed_batch: int = 64
-
-    def __post_init__(self) -> None:
-        lo, hi = self.ngram_range
-        checks = [
-            (
-                self.features in FEATURE_SETS,
-                f"features must be one of {', '.join(FEATURE_SETS)}",
-            ),
-            (1 <= lo <= hi <= 8, "ngram_range must satisfy 1 <= low <= high <= 8"),
-            (self.n_features >= 16, "n_features must be >= 16"),
-            (self.c > 0, "c must be > 0"),
-            (self.max_iter >= 1, "max_iter must be >= 1"),
-            (self.kappa is None or self.kappa >= 0, "kappa must be >= 0 (or None to fit it)"),
-            (self.kappa_default > 0, "kappa_default must be > 0"),
-            (self.kappa_min_texts >= 2, "kappa_min_texts must be >= 2"),
-            (
-                self.history_window is None or self.history_window >= 1,
-                "history_window must be >= 1 (or None to keep every outcome)",
-            ),
-            (0 < self.history_decay <= 1, "history_decay must be in (0, 1]"),
-            (0 < self.eps < 0.5, "eps must be in (0, 0.5)"),
-            (self.eps <= self.prior <= 1 - self.eps, "prior must be in [eps, 1 - eps]"),
-            (self.embed_batch >= 1, "embed_batch must be >= 1"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(f"ConvexConfig: {message}")
-
-
-def fit_prior_strength(
-    prior: npt.ArrayLike, successes: npt.ArrayLike, trials: npt.ArrayLike, grid: npt.ArrayLike = KAPPA_GRID
-) -> float:
-    """Maximum beta-binomial likelihood prior strength kappa over a grid.
-
-    ``log L(kappa) = sum_i log B(s_i + kappa p_i, n_i - s_i + kappa (1 - p_i)) - log B(kappa p_i, kappa (1 - p_i))``
-    (the binomial coefficient does not depend on kappa). Only texts with n_i >= 2 carry information about kappa
-    (one Bernoulli trial identifies the mean only); fractional counts (averaged targets) are allowed.
-
-    Returns:
-        The grid value with the largest likelihood (the largest grid value when no text has n >= 2).
-    """
-    from scipy.special import betaln
-
-    p = np.clip(np.asarray(prior, dtype=np.float64), 1e-4, 1 - 1e-4)
-    s = np.asarray(successes, dtype=np.float64)
-    n = np.asarray(trials, dtype=np.float64)
-    keep = n >= 2
-    kappas = np.asarray(grid, dtype=np.float64)
-    if not keep.any():
-        return float(kappas[-1])
-    p, s, n = p[keep], s[keep], n[keep]
-    a = kappas[:, None] * p[None, :]
-    b = kappas[:, None] * (1 - p[None, :])
-    ll = (betaln(s[None, :] + a, (n - s)[None, :] + b) - betaln(a, b)).sum(axis=1)
-    return float(kappas[int(np.argmax(ll))])
-
-
-def fit_binomial_logistic(
-    x: Any,
-    successes: FloatArray,
-    trials: FloatArray,
-    c: float,
-    *,
-    init: tuple[FloatArray, float] | None = None,
-    max_iter: int = 200,
-) -> tuple[FloatArray, float]:
-    """L2-regularised binomial logistic regression on counts (convex; scipy L-BFGS-B, one row per text).
-
-    Minimises  c * sum_i [n_i log(1 + e^{z_i}) - s_i z_i] + ||beta||^2 / 2,  z = x beta + b0 (intercept not
-    penalised): the objective of scikit-learn's ``LogisticRegression(C=c)`` on rows duplicated as s_i
-    successes and n_i - s_i failures, at half the cost (no duplicated rows).
-
-    Three things keep a refit cheap without changing its optimum (docs/benchmarks.md: 3.2x less CPU for
-    ``ngram+minilm``): a column without a stored entry has gradient ``beta_j`` only, so its exact optimum is 0 and
-    L-BFGS-B runs on the other columns (hashed n-gram counts use a few thousand of their 16,384 columns); ``x`` may
-    come as column blocks, each multiplied in its own format (sparse n-gram counts, a dense embedding: a dense block
-    stored as sparse costs about 10x per product); and the search runs in centred, Jacobi-scaled coordinates (an
-    exact change of variables, see the code), where a capped number of iterations lands about 10x closer to the
-    optimum.
-
-    Args:
-        x: (N, F) features: a scipy sparse matrix, a dense array, or a tuple of such blocks (N, F_k) side by side
-            (F = sum F_k, columns in block order). successes, trials: (N,) weighted counts, 0 <= s <= n.
-        c: inverse regularisation strength (> 0). init: (beta (F,), b0) to start from (warm start).
-
-    Returns:
-        (beta float64 (F,), b0); 0 in every column without a stored entry.
-    """
-    from scipy import sparse
-    from scipy.optimize import minimize
-
-    blocks: list[Any] = []  # (global column ids, x restricted to them, its transpose, row-major)
-    offset = 0
-    for block in x if isinstance(x, tuple) else (x,):
-        if sparse.issparse(block):
-            xb = sparse.csr_matrix(block, dtype=np.float64)
-            cols = np.flatnonzero(xb.getnnz(axis=0))
-            xa = xb[:, cols]
-            xat = xa.T.tocsr()
-        else:
-            arr = np.asarray(block, dtype=np.float64)
-            cols = np.flatnonzero(np.any(arr != 0, axis=0))
-            xa = np.ascontiguousarray(arr[:, cols])
-            xat = np.ascontiguousarray(xa.T)
-        blocks.append((offset + cols, xa, xat))
-        offset += block.shape[1]
-    active = np.concatenate([b[0] for b in blocks])
-    bounds = np.cumsum([0] + [len(b[0]) for b in blocks])
-    n_total = max(float(np.sum(trials)), 1e-12)
-    # the same objective divided by c * sum(n) (same optimum, gradients of order 1: the scaling scikit-learn uses)
-    scale = 1.0 / n_total
-    ridge = scale / c
-    # An exact change of variables that L-BFGS-B converges in far fewer iterations on (a dense embedding's columns
-    # are correlated with the intercept and scaled unlike n-gram counts): columns centred at their trial-weighted
-    # mean mu (x beta + b0 = (x - mu) beta + b0', b0' = b0 + mu . beta; the intercept is not penalised, so the
-    # optimum is unchanged), and beta = d * gamma with d the inverse square root of the Hessian's diagonal at
-    # p = 1/2 (Jacobi; the penalty stays ||beta||^2 / 2, so the optimum in beta is unchanged too).
-    mu = np.concatenate([np.asarray(xat @ trials).ravel() / n_total for _, _, xat in blocks])
-    sq = np.concatenate(
-        [
-            np.asarray((xat.multiply(xat) if sparse.issparse(xat) else xat * xat) @ trials).ravel()
-            for _, _, xat in blocks
-        ]
-    )
-    d = 1.0 / np.sqrt(0.25 * scale * np.maximum(sq - n_total * mu**2, 0.0) + ridge)
-    if init is None:
-        start = np.zeros(len(active) + 1)
-    else:
-        beta0 = init[0][active]
-        start = np.r_[beta0 / d, init[1] + float(mu @ beta0)]
-
-    def objective(theta: FloatArray) -> tuple[float, FloatArray]:
-        beta, b0 = d * theta[:-1], theta[-1] - float(mu @ (d * theta[:-1]))
-        z = np.full(len(trials), b0)
-        for (_, xa, _), lo, hi in zip(blocks, bounds[:-1], bounds[1:], strict=True):
-            z += np.asarray(xa @ beta[lo:hi]).ravel()
-        loss = float(np.sum(trials * np.logaddexp(0.0, z) - successes * z))
-        resid = trials / (1.0 + np.exp(-z)) - successes  # d loss / d z
-        total = float(resid.sum())
-        grad = np.empty_like(theta)
-        for (_, _, xat), lo, hi in zip(blocks, bounds[:-1], bounds[1:], strict=True):
-            grad[lo:hi] = np.asarray(xat @ resid).ravel()
-        grad[:-1] = d * (scale * (grad[:-1] - mu * total) + ridge * beta)
-        grad[-1] = scale * total
-        return scale * loss + 0.5 * ridge * float(beta @ beta), grad
-
-    result = minimize(
-        objective, start, jac=True, method="L-BFGS-B", options={"maxiter": max_iter, "gtol": 1e-4}
-    )
-    theta = np.asarray(result.x, dtype=np.float64)
-    beta = np.zeros(offset)
-    beta[active] = d * theta[:-1]
-    return beta, float(theta[-1] - beta[active] @ mu)
-
-
-def linear_scores(x: Any, beta: FloatArray) -> FloatArray:
-    """``x @ beta`` for features as :func:`fit_binomial_logistic` takes them (a matrix or a tuple of column
-    blocks), float64 (N,).
-
-    Raises:
-        ValueError: the blocks' columns do not add up to ``len(beta)``.
-    """
-    blocks = x if isinstance(x, tuple) else (x,)
-    width = sum(block.shape[1] for block in blocks)
-    if not blocks or width != len(beta):
-        raise ValueError(f"features have {width} columns, beta has {len(beta)}")
-    out = np.zeros(blocks[0].shape[0])
-    lo = 0
-    for block in blocks:
-        out += np.asarray(block @ beta[lo : lo + block.shape[1]], dtype=np.float64).ravel()
-        lo += block.shape[1]
-    return out
-
-
-def _is_prefix(text: str) -> bool:
-    return any(mark in text for mark in _TURN_MARKS)
-
-
-def _prompt_block(text: str) -> str:
-    """The text up to its first turn marker (the whole text for a prompt-level anchor)."""
-    cut = min((i for i in (text.find(mark) for mark in _TURN_MARKS) if i >= 0), default=len(text))
-    return text[:cut]
-
-
 # the head: None (fitted on nothing: the prior), a float (every outcome it saw had one label), or (beta (F,), b0)
 Head = None | float | tuple[FloatArray, float]
 
@@ -309,11 +75,11 @@ class _Batch:
         version: the update's number (1 for the first).
         texts: distinct texts (N,). successes, trials: float64 (N,) weighted counts summed over the call.
         x: the (N, F) features as column blocks (see :meth:`ConvexSuccessPredictor._features`).
-        states: the policy-state block of ``x`` (N, F_s) as computed at the update (None without one): kept in
-            the state dict, since the policy that produced it is gone by the time a run resumes.
-        groups: the sibling-consensus rows (N, 3) as registered at the update (None without one; ``x`` holds them,
-            or their :func:`~trace_rl.predictor.consensus.prior_columns` for "group-prior"): kept in the state
-            dict, since the trees they were read from are gone by the time a run resumes.
+        kept: per feature block with a ``key`` (:class:`~trace_rl.predictor.blocks.base.FeatureBlock`), the rows
+            its columns were computed from at the update, float64 (N, d): "states", the policy-state block of
+            ``x``; "groups", the sibling-consensus rows as registered (``x`` holds them, or their
+            :func:`~trace_rl.predictor.consensus.prior_columns` for "group-prior"). Kept in the state dict, since
+            the policy and the trees they came from are gone by the time a run resumes.
     """
 
     version: int
@@ -321,8 +87,7 @@ class _Batch:
     successes: FloatArray
     trials: FloatArray
     x: Any
-    states: FloatArray | None = None
-    groups: FloatArray | None = None
+    kept: dict[str, FloatArray] = field(default_factory=dict)
 
 
 class ConvexSuccessPredictor:
@@ -344,33 +109,20 @@ class ConvexSuccessPredictor:
     example_weighting = "leaves"
 
     def __init__(self, name: str, config: ConvexConfig, encoder: Any = None, state: Any = None) -> None:
-        from sklearn.feature_extraction.text import HashingVectorizer
-
-        if "minilm" in config.features and encoder is None:
-            raise ValueError(f"features={config.features!r} needs an encoder")
         self.name = name
         self.config = config
         self.prior = float(config.prior)
         self.max_chars = int(config.max_chars)
-        self._encoder = encoder
-        self._state = state
-        self._hasher = HashingVectorizer(
-            analyzer="char",
-            ngram_range=config.ngram_range,
-            n_features=config.n_features,
-            alternate_sign=False,
-            norm=None,
-            lowercase=False,
-        )
-        self._embed_cache: dict[str, np.ndarray] = {}
-        self._group: OrderedDict[str, FloatArray] = OrderedDict()  # prefix text -> sibling-consensus row
+        #: the feature blocks of ``config.features``, by name, in column order (trace_rl.predictor.blocks)
+        self.blocks: dict[str, FeatureBlock] = {
+            b: BLOCKS[b](name, config, encoder=encoder, state=state) for b in block_names(config.features)
+        }
         # the kept updates, oldest first; per stored text its [weighted successes, weighted trials] over them and
         # its held-out prior (the head's estimate just before the update that stored it)
         self._batches: deque[_Batch] = deque()
         self._store: dict[str, list[float]] = {}
         self._heldout: dict[str, float] = {}
         self._model: Head = None
-        self._scale: float | None = None
         kappa = config.kappa_default if config.kappa is None else config.kappa
         self.kappa: dict[str, float] = {"prompt": kappa, "prefix": kappa}
         self.num_updates = 0
@@ -407,7 +159,7 @@ class ConvexSuccessPredictor:
     def prior_strength(self, texts: Sequence[str]) -> FloatArray:
         """kappa per text (its level's fitted prior strength), float64 (n,)."""
         return np.asarray(
-            [self.kappa["prefix" if _is_prefix(t) else "prompt"] for t in validate_texts(texts)],
+            [self.kappa["prefix" if is_prefix(t) else "prompt"] for t in validate_texts(texts)],
             dtype=np.float64,
         )
 
@@ -428,18 +180,12 @@ class ConvexSuccessPredictor:
             raise ValueError(
                 f"predictor {self.name!r} (features {self.config.features!r}) reads no policy state"
             )
-        self._state = state
+        self.blocks["state"].encoder = state  # type: ignore[attr-defined]
 
     def register_contexts(self, texts: Sequence[str], token_ids: Sequence[npt.ArrayLike]) -> None:
         """Tell the attached policy-state function which token context each text stands for (its ``register``;
         a no-op for predictors without a policy state, so a driver can always call it)."""
-        if self.uses_state:
-            register = getattr(self._state, "register", None)
-            if register is None:
-                raise ValueError(
-                    f"predictor {self.name!r}: attach a PolicyStateEncoder before registering contexts"
-                )
-            register(list(texts), list(token_ids))
+        self._register("contexts", texts, token_ids)
 
     @property
     def uses_group(self) -> bool:
@@ -453,113 +199,41 @@ class ConvexSuccessPredictor:
         return reads_state_outcomes(self.config.features)
 
     def register_group(self, texts: Sequence[str], rows: npt.ArrayLike) -> None:
-        """Remember the sibling-consensus row (float (n, 3), :data:`~trace_rl.predictor.consensus.GROUP_FEATURES`)
-        of each prefix text, as :func:`~trace_rl.predictor.consensus.sibling_consensus` computed it from the text's
-        tree; a no-op for predictors without the group block, so a driver can always call it. A text registered
-        again takes its newest row; at most ``GROUP_CAPACITY`` rows are kept (least recently registered or used
-        dropped first).
+        """Remember the sibling-consensus row (float (n, 3), as
+        :func:`~trace_rl.predictor.consensus.sibling_consensus` computed it from the text's tree) of each prefix
+        text (:meth:`~trace_rl.predictor.blocks.group.GroupBlock.register`, which raises ValueError for bad rows); a
+        no-op for predictors without the group block, so a driver can always call it."""
+        self._register("group", texts, rows)
 
-        Raises:
-            ValueError: lengths differ, a row is not 3 finite numbers in [0, 1], or its same_state_success exceeds
-                its same_state or others_success (no tree gives such a row).
-        """
-        if not self.uses_group:
-            return
-        items = validate_texts(texts)
-        arr = np.asarray(rows, dtype=np.float64)
-        if arr.shape != (len(items), len(GROUP_FEATURES)):
-            raise ValueError(
-                f"register_group: {len(items)} texts need rows of shape ({len(items)}, {len(GROUP_FEATURES)});"
-                f" got {arr.shape}"
-            )
-        if not np.all(np.isfinite(arr)) or (arr < 0).any() or (arr > 1).any():
-            raise ValueError("register_group: sibling-consensus rows must be finite shares in [0, 1]")
-        if (arr[:, 1] > np.minimum(arr[:, 0], arr[:, 2]) + 1e-9).any():
-            raise ValueError(
-                "register_group: same_state_success must not exceed same_state or others_success (the state's "
-                "successes are a part of both); rows come from sibling_consensus"
-            )
-        for text, row in zip(items, arr, strict=True):
-            self._group[text] = row
-            self._group.move_to_end(text)
-        while len(self._group) > GROUP_CAPACITY:
-            self._group.popitem(last=False)
-
-    def _group_block(self, texts: list[str]) -> FloatArray:
-        """The sibling-consensus rows of ``texts``, float64 (N, 3): zeros for a prompt-level text (depth 0 has
-        no siblings by definition), the registered row for a prefix.
-
-        Raises:
-            ValueError: a prefix text without a registered row (the driver must :meth:`register_group` first).
-        """
-        out = np.zeros((len(texts), len(GROUP_FEATURES)), dtype=np.float64)
-        for i, t in enumerate(texts):
-            if not _is_prefix(t):
-                continue
-            row = self._group.get(t)
-            if row is None:
-                raise ValueError(
-                    f"predictor {self.name!r}: no sibling-consensus row registered for prefix text "
-                    f"{t[:60]!r}...: call register_group(texts, sibling_consensus(tree, nodes)) before it scores "
-                    "or trains on a prefix"
-                )
-            self._group.move_to_end(t)
-            out[i] = row
-        return out
-
-    def _state_block(self, texts: list[str]) -> FloatArray:
-        """The policy-state rows of ``texts``, each divided by its L2 norm, float64 (N, F_s)."""
-        if self._state is None:
-            raise ValueError(
-                f"predictor {self.name!r} needs the policy's state: call attach_state(PolicyStateEncoder(...)) "
-                "before it scores or trains"
-            )
-        rows = np.asarray(self._state(texts), dtype=np.float64)
-        if rows.ndim != 2 or rows.shape[0] != len(texts) or not np.all(np.isfinite(rows)):
-            raise ValueError(
-                f"the policy-state function gave {rows.shape} (or non-finite) for {len(texts)} texts"
-            )
-        return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
-
-    def _embeddings(self, texts: list[str]) -> FloatArray:
-        """The frozen encoder's embedding of each text's prompt block, float64 (N, H), cached per prompt block: a
-        prefix shares its prompt's embedding, and its turns reach the head through the n-gram counts."""
-        keys = [_prompt_block(t) for t in texts]
-        missing = [k for k in dict.fromkeys(keys) if k not in self._embed_cache]
-        for lo in range(0, len(missing), self.config.embed_batch):
-            chunk = missing[lo : lo + self.config.embed_batch]
-            for k, e in zip(chunk, np.asarray(self._encoder(chunk), dtype=np.float64), strict=True):
-                self._embed_cache[k] = e
-        return np.stack([self._embed_cache[k] for k in keys])
+    def _register(self, what: str, texts: Sequence[str], data: Any) -> None:
+        """Hand ``data`` to every block that registers ``what`` (none: a no-op)."""
+        for block in self.blocks.values():
+            if block.registers == what:
+                block.register(texts, data)
 
     def _features(
-        self, texts: list[str], states: FloatArray | None = None, groups: FloatArray | None = None
+        self,
+        texts: list[str],
+        kept: Mapping[str, FloatArray] | None = None,
+        fresh: dict[str, FloatArray] | None = None,
     ) -> tuple[Any, ...]:
-        """The (N, F) features as column blocks: scaled n-gram counts (scipy CSR, N x n_features), the
-        prompt block's frozen embedding (dense float64, N x H), the unit-norm policy state at the text's token
-        context (dense float64, N x F_s; ``states`` when given, e.g. restored) and the sibling consensus (dense
-        float64, N x 3, or its N x 2 :func:`~trace_rl.predictor.consensus.prior_columns` for "group-prior";
-        ``groups``, the registered N x 3 rows, when given), in that order (:func:`fit_binomial_logistic`); each block only
-        where ``features`` names it."""
-        parts: list[Any] = []
-        if "ngram" in self.config.features:
-            parts.append(self._hasher.transform(texts) * (self._scale or 1.0))
-        if "minilm" in self.config.features:
-            parts.append(self._embeddings(texts))
-        if self.uses_state:
-            parts.append(self._state_block(texts) if states is None else states)
-        if self.uses_group:
-            block = self._group_block(texts) if groups is None else groups
-            parts.append(prior_columns(block) if uses_group_prior(self.config.features) else block)
-        return tuple(parts)
+        """The (N, F) features as column blocks, one per feature block in ``config.features`` order
+        (:func:`fit_binomial_logistic`): scaled n-gram counts (scipy CSR, N x n_features), the prompt block's
+        frozen embedding (dense float64, N x H), the unit-norm policy state at the text's token context (dense
+        float64, N x F_s) and the sibling consensus (dense float64, N x 3, or its N x 2
+        :func:`~trace_rl.predictor.consensus.prior_columns` for "group-prior").
 
-    def _set_scale(self, texts: list[str]) -> None:
-        """Fix the n-gram scale once, at the first update: a median text of that batch gets unit feature norm
-        (``c`` then means about the same for any task)."""
-        if "ngram" in self.config.features and self._scale is None:
-            raw = self._hasher.transform(texts)
-            norms = np.sqrt(np.asarray(raw.multiply(raw).sum(axis=1)).ravel())
-            self._scale = 1.0 / max(float(np.median(norms)), 1e-6)
+        A block with a ``key`` computes its columns from ``kept[key]`` when ``kept`` is given (restored rows), else
+        from rows it computes now, which go into ``fresh[key]`` when ``fresh`` is given (kept with an update)."""
+        parts: list[Any] = []
+        for block in self.blocks.values():
+            rows = None
+            if block.key is not None:
+                rows = block.rows(texts) if kept is None else kept[block.key]
+                if fresh is not None:
+                    fresh[block.key] = rows
+            parts.append(block.columns(texts, rows))
+        return tuple(parts)
 
     def prepare(self, texts: Sequence[str]) -> float:
         """Embed the prompt blocks of ``texts`` with the frozen encoder ahead of time (no-op without one).
@@ -568,8 +242,8 @@ class ConvexSuccessPredictor:
         instead of inside every training step. Returns the seconds it took.
         """
         start = time.perf_counter()
-        if "minilm" in self.config.features:  # the embeddings only (a policy state is never cached: it moves)
-            self._embeddings(validate_texts(texts))
+        for block in self.blocks.values():  # the embeddings only (a policy state is never cached: it moves)
+            block.prepare(texts)
         return time.perf_counter() - start
 
     def text_estimate(self, texts: Sequence[str], features: Any = None) -> FloatArray:
@@ -623,10 +297,9 @@ class ConvexSuccessPredictor:
         """
         items = validate_texts(texts)
         start = time.perf_counter()
-        if self.uses_group and (
-            self._model is None or isinstance(self._model, float)
-        ):  # no head reads the rows yet (cold, or every kept outcome alike): still refuse unregistered ones
-            self._group_block(items)
+        if not isinstance(self._model, tuple):  # no head reads the columns yet (cold, or every kept outcome
+            for block in self.blocks.values():  # alike): still refuse texts a block could not score
+                block.check(items)
         out = self._posterior(items, np.zeros(len(items)), np.zeros(len(items)))
         self._timing["predict_calls"] += 1
         self._timing["predict_texts"] += len(items)
@@ -694,9 +367,12 @@ class ConvexSuccessPredictor:
         index: dict[str, int] = {}
         row = np.asarray([index.setdefault(t, len(index)) for t in items], dtype=np.int64)
         distinct = list(index)
-        self._set_scale(distinct)
-        groups = self._group_block(distinct) if self.uses_group else None  # raw rows, as registered
-        x = self._features(distinct, groups=groups)
+        for block in self.blocks.values():
+            block.fit(distinct)
+        for block in self.blocks.values():  # refuse before computing anything (group: unregistered prefixes)
+            block.check(distinct)
+        kept: dict[str, FloatArray] = {}
+        x = self._features(distinct, fresh=kept)
         before = self.text_estimate(distinct, x)
         loss = float(np.sum(w * (before[row] - y) ** 2) / np.sum(w))
         for t, b in zip(distinct, before, strict=True):
@@ -710,8 +386,7 @@ class ConvexSuccessPredictor:
                 successes=np.bincount(row, weights=w * y, minlength=len(distinct)).astype(np.float64),
                 trials=np.bincount(row, weights=w, minlength=len(distinct)).astype(np.float64),
                 x=x,
-                states=x[-2 if self.uses_group else -1] if self.uses_state else None,
-                groups=groups,
+                kept=kept,
             )
         )
         self._forget()
@@ -791,7 +466,7 @@ class ConvexSuccessPredictor:
         stored = list(self._store)
         counts = np.asarray([self._store[t] for t in stored], dtype=np.float64).reshape(-1, 2)
         p = np.asarray([self._heldout[t] for t in stored], dtype=np.float64)
-        levels = np.asarray([_is_prefix(t) for t in stored], dtype=bool)
+        levels = np.asarray([is_prefix(t) for t in stored], dtype=bool)
         for level, mask in (("prompt", ~levels), ("prefix", levels)):
             s_l, n_l = counts[mask, 0], counts[mask, 1]
             if int((n_l >= 2).sum()) >= self.config.kappa_min_texts:
@@ -817,8 +492,7 @@ class ConvexSuccessPredictor:
                     "successes": b.successes.tolist(),
                     "trials": b.trials.tolist(),
                 }
-                | ({} if b.states is None else {"states": b.states.tolist()})
-                | ({} if b.groups is None else {"groups": b.groups.tolist()})
+                | {key: rows.tolist() for key, rows in b.kept.items()}
                 for b in self._batches
             ],
             "heldout": dict(self._heldout),
@@ -826,8 +500,8 @@ class ConvexSuccessPredictor:
             if not isinstance(self._model, tuple)
             else (self._model[0].copy(), self._model[1]),
             "kappa": dict(self.kappa),
-            "scale": self._scale,
-        }
+            "scale": None,  # the n-gram block's (format 2 always holds the key)
+        } | {key: value for block in self.blocks.values() for key, value in block.state_dict().items()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`.
@@ -859,31 +533,20 @@ class ConvexSuccessPredictor:
             ]
         else:
             raw = list(state["batches"])
-        self._scale = None if state.get("scale") is None else float(state["scale"])
+        for block in self.blocks.values():
+            block.load_state_dict(state)
         self._batches = deque()
         for b in raw:
             texts = [str(t) for t in b["texts"]]
             if not texts:
                 continue
-            self._set_scale(texts)
+            for block in self.blocks.values():
+                block.fit(texts)
             successes = np.asarray(b["successes"], dtype=np.float64)
             trials = np.asarray(b["trials"], dtype=np.float64)
-            states = None
-            if self.uses_state:
-                if "states" not in b:
-                    raise ValueError(
-                        "predictor state lacks the policy-state rows of a kept update ('states')"
-                    )
-                states = np.asarray(b["states"], dtype=np.float64).reshape(len(texts), -1)
-            groups = None
-            if self.uses_group:
-                if "groups" not in b:
-                    raise ValueError(
-                        "predictor state lacks the sibling-consensus rows of a kept update ('groups')"
-                    )
-                groups = np.asarray(b["groups"], dtype=np.float64).reshape(len(texts), len(GROUP_FEATURES))
-            x = self._features(texts, states, groups)
-            self._batches.append(_Batch(int(b["version"]), texts, successes, trials, x, states, groups))
+            kept = {k.key: k.restore(b, len(texts)) for k in self.blocks.values() if k.key is not None}
+            x = self._features(texts, kept)
+            self._batches.append(_Batch(int(b["version"]), texts, successes, trials, x, kept))
         self.num_updates = num_updates
         heldout = {str(t): float(v) for t, v in state.get("heldout", {}).items()}
         self._heldout = {t: heldout.get(t, self.prior) for b in self._batches for t in b.texts}
@@ -895,19 +558,6 @@ class ConvexSuccessPredictor:
             else (np.asarray(head[0], dtype=np.float64), float(head[1]))
         )
         self._refit(fit_head=self._model is None)
-
-
-#: Inverse L2 strength per predictor, chosen by 5-fold CV on demo-task outcomes (docs/predictor.md); the state
-#: predictors take ngram+minilm's (not tuned on the anchors they are measured on: docs/predictor.md).
-DEFAULT_C = {
-    "ngram": 30.0,
-    "minilm-head": 10.0,
-    "ngram+minilm": 30.0,
-    "state-head": 30.0,
-    "ngram+minilm+state": 30.0,
-    "ngram+minilm+group": 30.0,
-    "ngram+minilm+group-prior": 30.0,
-}
 
 
 def build_convex_predictor(name: str, **overrides: Any) -> ConvexSuccessPredictor:
@@ -936,32 +586,5 @@ def build_convex_predictor(name: str, **overrides: Any) -> ConvexSuccessPredicto
         config = replace(ConvexConfig(features=features), **overrides)
     except TypeError as exc:
         raise ValueError(f"unknown predictor option: {exc}") from None
-    encoder = _minilm_encoder(config.device, config.embed_batch) if "minilm" in features else None
+    encoder = minilm_encoder(config.device, config.embed_batch) if "minilm" in features else None
     return ConvexSuccessPredictor(name, config, encoder)
-
-
-def _minilm_encoder(device: str | None, batch: int) -> Any:
-    """A frozen all-MiniLM-L6-v2 mean-pooled embedding function ``texts -> float32 (n, 384)``."""
-    import torch
-
-    from trace_rl.predictor import backbones
-
-    backbone, tok = backbones.load_hf(backbones.minilm_path(), pooling="mean")
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    backbone = backbone.to(dev).eval()
-    backbone.requires_grad_(False)
-
-    def encode(texts: Sequence[str]) -> np.ndarray:
-        ids = tok.encode(list(texts))
-        length = max(1, min(256, max(len(x) for x in ids)))
-        input_ids = torch.full((len(ids), length), tok.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(ids), length), dtype=torch.bool)
-        for i, row in enumerate(ids):
-            row = row[:length]
-            input_ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-            mask[i, : len(row)] = True
-        with torch.inference_mode():
-            out = backbone(input_ids.to(dev), mask.to(dev)).float().cpu().numpy()
-        return out
-
-    return encode

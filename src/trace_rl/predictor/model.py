@@ -250,7 +250,7 @@ class TorchSuccessPredictor:
             yt = torch.as_tensor(y[idx], dtype=torch.float32, device=self.device)
             wt = torch.as_tensor(w[idx], dtype=torch.float32, device=self.device)
             loss = (wt * (probs - yt) ** 2).sum() / total_w
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             loss_sum += float(loss.detach())
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         grads = [p.grad for p in params if p.grad is not None]
