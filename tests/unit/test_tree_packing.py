@@ -85,22 +85,6 @@ def _double(model: torch.nn.Module) -> torch.nn.Module:
     return copy.deepcopy(model).double()
 
 
-@pytest.fixture
-def float64_norms(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Qwen3's and Llama's RMSNorm in the input's dtype (at least float32) instead of always float32, so that a
-    float64 model is float64 throughout: its gradients then agree to float64 rounding, not to about 1e-7."""
-    from transformers.models.llama import modeling_llama
-    from transformers.models.qwen3 import modeling_qwen3
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # type: ignore[no-untyped-def]
-        x = hidden.to(torch.promote_types(hidden.dtype, torch.float32))
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
-        return self.weight * x.to(hidden.dtype)
-
-    monkeypatch.setattr(modeling_qwen3.Qwen3RMSNorm, "forward", forward)
-    monkeypatch.setattr(modeling_llama.LlamaRMSNorm, "forward", forward)
-
-
 def test_packed_logprobs_match_the_padded_ones_path_by_path(tiny_policy, float64_norms: None) -> None:
     model = _double(tiny_policy.model)
     rows = path_rows(replay_trees(), UpdateSettings())

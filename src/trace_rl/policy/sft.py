@@ -24,7 +24,10 @@ import numpy as np
 import numpy.typing as npt
 
 from trace_rl.policy.chat import CHAT, IM_END
+from trace_rl.policy.packing import group_sequences, pack_sequences, packed_forward, packing_support_issue
 from trace_rl.types import Task
+
+PACKINGS = ("tree", "none")
 
 
 @dataclass(frozen=True)
@@ -52,8 +55,13 @@ class SFTConfig:
     eval_every: int = 250
     seed: int = 0
     min_steps: int = 0  # no evaluation (so no stop) before this step, except after the last one
+    # "tree": a batch's examples go through the model packed side by side into rows no longer than its longest
+    # example (trace_rl.policy.packing); "none": one row per example, padded to the longest
+    packing: str = "tree"
 
     def __post_init__(self) -> None:
+        if self.packing not in PACKINGS:
+            raise ValueError(f"packing must be one of {', '.join(PACKINGS)}, got {self.packing!r}")
         if self.steps < 1 or self.batch_size < 1:
             raise ValueError("steps and batch_size must be >= 1")
         if self.eval_every < 1 or self.min_steps < 0:
@@ -153,6 +161,65 @@ def lr_at(step: int, cfg: SFTConfig) -> float:
     return cfg.lr * (1.0 - (1.0 - cfg.min_lr_ratio) * frac)
 
 
+def batch_loss(model: Any, batch: Sequence[SFTExample], max_len: int, pad_id: int, *, packed: bool) -> Any:
+    """Mean token cross-entropy (a scalar tensor, nats/token) of ``model`` over the loss-mask-1 tokens of
+    ``batch``, each example cut to its first ``max_len`` tokens.
+
+    ``packed=False``: one row per example, padded with ``pad_id`` to the longest. ``packed=True``: the examples side
+    by side in rows no longer than the longest (`trace_rl.policy.packing.group_sequences`; ``model`` must take the
+    4D mask), so fewer rows and less padding where short examples fit together, never more tokens than padded;
+    the same loss up to floating-point rounding (each token sees exactly its own example's earlier tokens at the
+    same positions).
+
+    Raises:
+        ValueError: no loss-mask-1 token in the batch.
+    """
+    import torch
+
+    device = next(model.parameters()).device
+    cut = [(e.ids[:max_len], e.loss_mask[:max_len]) for e in batch]
+    if not any(m[1:].any() for _, m in cut):
+        raise ValueError("no loss-mask-1 token to predict in the batch")
+    if packed:
+        rows = group_sequences([ids for ids, _ in cut], max(ids.size for ids, _ in cut))
+        tries = [pack_sequences([cut[i][0] for i in g]) for g in rows]
+        src_row, src_pos, tgt = [], [], []
+        for r, (trie, g) in enumerate(zip(tries, rows, strict=True)):
+            for k, i in enumerate(g):
+                ids, mask = cut[i]
+                at = np.flatnonzero(mask[1:] == 1)  # target token at+1 is predicted from position at
+                src_row.append(np.full(at.size, r, dtype=np.int64))
+                src_pos.append(trie.index[k][at])
+                tgt.append(ids[at + 1])
+        logits = packed_forward(model, tries, pad_id)
+        picked = logits[
+            torch.as_tensor(np.concatenate(src_row), device=device),
+            torch.as_tensor(np.concatenate(src_pos), device=device),
+        ]
+        return torch.nn.functional.cross_entropy(
+            _upcast(picked), torch.as_tensor(np.concatenate(tgt), device=device)
+        )
+    width = max(ids.size for ids, _ in cut)
+    ids_t = torch.full((len(cut), width), pad_id, dtype=torch.long)
+    mask_t = torch.zeros((len(cut), width), dtype=torch.bool)
+    att = torch.zeros((len(cut), width), dtype=torch.long)
+    for i, (ids, mask) in enumerate(cut):
+        ids_t[i, : ids.size] = torch.as_tensor(ids)
+        mask_t[i, : ids.size] = torch.as_tensor(mask == 1)
+        att[i, : ids.size] = 1
+    ids_t, mask_t, att = ids_t.to(device), mask_t.to(device), att.to(device)
+    logits = model(input_ids=ids_t, attention_mask=att).logits[:, :-1]
+    target_mask = mask_t[:, 1:]
+    return torch.nn.functional.cross_entropy(_upcast(logits[target_mask]), ids_t[:, 1:][target_mask])
+
+
+def _upcast(logits: Any) -> Any:
+    """Logits in float32 at least (a float64 model's stay float64)."""
+    import torch
+
+    return logits if logits.dtype == torch.float64 else logits.float()
+
+
 def train_sft(
     model: Any,
     examples: Sequence[SFTExample],
@@ -177,7 +244,7 @@ def train_sft(
 
     if not examples:
         raise ValueError("no SFT examples")
-    data = [e for e in examples if e.loss_mask[: cfg.max_len].any()]
+    data = [e for e in examples if e.loss_mask[1 : cfg.max_len].any()]
     if not data:
         raise ValueError(f"no example has a model token within max_len={cfg.max_len}")
     torch.manual_seed(cfg.seed)
@@ -188,25 +255,17 @@ def train_sft(
     curve: list[list[float]] = []
     t0 = time.perf_counter()
     loss_ema = float("nan")
+    packed = cfg.packing == "tree"
+    if packed and (reason := packing_support_issue(model)):
+        packed = False
+        if log is not None:
+            log(f"SFT packing=tree: {reason}; using padded batches")
     model.train()
     for step in range(cfg.steps):
         if len(order) < cfg.batch_size:
             order += [int(i) for i in rng.permutation(len(data))]
         batch = [data[order.pop()] for _ in range(cfg.batch_size)]
-        width = min(cfg.max_len, max(e.ids.size for e in batch))
-        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.bool)
-        att = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, e in enumerate(batch):
-            n = min(width, e.ids.size)
-            ids[i, :n] = torch.as_tensor(e.ids[:n])
-            mask[i, :n] = torch.as_tensor(e.loss_mask[:n] == 1)
-            att[i, :n] = 1
-        device = next(model.parameters()).device
-        ids, mask, att = ids.to(device), mask.to(device), att.to(device)
-        logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()
-        target_mask = mask[:, 1:]
-        loss = torch.nn.functional.cross_entropy(logits[target_mask], ids[:, 1:][target_mask])
+        loss = batch_loss(model, batch, cfg.max_len, pad_id, packed=packed)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
         opt.zero_grad(set_to_none=True)

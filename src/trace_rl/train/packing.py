@@ -12,7 +12,8 @@ the longest row of its pass, so a shared prefix is computed once per path below 
 
 so each token's hidden state is exactly the one it has in each unpacked path through it (the same tokens at the same
 positions under causal attention), and each path's log-probabilities are read at its own tokens' packed positions:
-the logits of the token before turn token j predict token j. The trie is derived from the token ids (sorted
+the logits of the token before turn token j predict token j. The trie (`trace_rl.policy.packing`, shared with the
+SFT warm start's packed batches) is derived from the token ids (sorted
 sequences, each sharing with its predecessor their longest common prefix, which in lexicographic order is the
 longest it shares with any earlier one), so two paths share a computed token exactly when their whole prefixes up
 to it are equal: sharing is exact by construction, whatever the tree's bookkeeping says.
@@ -34,91 +35,29 @@ import numpy as np
 import numpy.typing as npt
 
 from trace_rl.advantages.tokens import PathTokens
-from trace_rl.train.logprobs import sequence_logprobs, upcast
+from trace_rl.policy.packing import (
+    MASK_ATTENTION,
+    PackedRow,
+    pack_sequences,
+    packed_forward,
+    packing_support_issue,
+    shared_prefix,
+)
+from trace_rl.train.logprobs import upcast
+
+__all__ = [
+    "MASK_ATTENTION",
+    "ROW_TOKENS",
+    "PackedPass",
+    "PackedRow",
+    "full_sequence",
+    "pack_sequences",
+    "packed_logprobs",
+    "plan_packed_passes",
+    "tree_mask_support",
+]
 
 _log = logging.getLogger(__name__)
-
-MASK_ATTENTION = ("eager", "sdpa")
-"""Hugging Face attention implementations that apply a given 4D additive mask as is."""
-
-
-@dataclass(frozen=True)
-class PackedRow:
-    """The trie of some token sequences, laid out as one row.
-
-    Attributes:
-        token_ids: int64 (N,) the trie's tokens, each distinct prefix once; a token follows all its ancestors.
-        position_ids: int64 (N,) each token's depth in the trie (its position in every sequence through it).
-        index: per sequence (in the order given), int64 (L_i,): the packed positions of its L_i tokens.
-        segments: (start, end, ancestors) per run of new tokens: tokens start..end-1 are a chain appended under
-            the tokens at packed positions ``ancestors`` (int64, root first).
-    """
-
-    token_ids: npt.NDArray[np.int64]
-    position_ids: npt.NDArray[np.int64]
-    index: list[npt.NDArray[np.int64]]
-    segments: list[tuple[int, int, npt.NDArray[np.int64]]]
-
-    @property
-    def size(self) -> int:
-        """Tokens N of the row."""
-        return int(self.token_ids.shape[0])
-
-    def allowed(self, width: int | None = None) -> npt.NDArray[np.bool_]:
-        """bool (W, W), W = ``width`` (default N): [i, j] is True when token i may attend to token j (j is i or
-        one of its ancestors); a padding position (i >= N) attends to itself only, so no row is fully masked.
-
-        Raises:
-            ValueError: ``width`` below N.
-        """
-        n = self.size
-        w = n if width is None else width
-        if w < n:
-            raise ValueError(f"width {w} is below the row's {n} tokens")
-        out = np.zeros((w, w), dtype=bool)
-        for start, end, ancestors in self.segments:
-            out[start:end, ancestors] = True
-            out[start:end, start:end] = np.tri(end - start, dtype=bool)
-        pad = np.arange(n, w)
-        out[pad, pad] = True
-        return out
-
-
-def pack_sequences(sequences: Sequence[npt.ArrayLike]) -> PackedRow:
-    """The trie of ``sequences`` (int token ids each) as one `PackedRow`.
-
-    Sequences are inserted in lexicographic order; each shares with its predecessor their longest common prefix
-    and appends its remaining tokens as one new chain (a sequence equal to, or a prefix of, an earlier one adds
-    none). N is therefore the number of distinct non-empty prefixes.
-    """
-    seqs = [np.asarray(s, dtype=np.int64).reshape(-1) for s in sequences]
-    order = sorted(range(len(seqs)), key=lambda i: seqs[i].tolist())
-    tokens: list[npt.NDArray[np.int64]] = []
-    positions: list[npt.NDArray[np.int64]] = []
-    index: list[npt.NDArray[np.int64]] = [np.zeros(0, np.int64)] * len(seqs)
-    segments: list[tuple[int, int, npt.NDArray[np.int64]]] = []
-    size = 0
-    prev = np.zeros(0, np.int64)
-    prev_index = np.zeros(0, np.int64)
-    for i in order:
-        seq = seqs[i]
-        m = min(seq.shape[0], prev.shape[0])
-        differ = np.flatnonzero(seq[:m] != prev[:m])
-        shared = int(differ[0]) if differ.size else m
-        new = seq.shape[0] - shared
-        if new > 0:
-            segments.append((size, size + new, prev_index[:shared].copy()))
-            tokens.append(seq[shared:])
-            positions.append(np.arange(shared, seq.shape[0], dtype=np.int64))
-        index[i] = np.concatenate([prev_index[:shared], np.arange(size, size + new, dtype=np.int64)])
-        size += new
-        prev, prev_index = seq, index[i]
-    return PackedRow(
-        token_ids=np.concatenate(tokens) if tokens else np.zeros(0, np.int64),
-        position_ids=np.concatenate(positions) if positions else np.zeros(0, np.int64),
-        index=index,
-        segments=segments,
-    )
 
 
 def full_sequence(row: PathTokens) -> npt.NDArray[np.int64]:
@@ -173,9 +112,7 @@ def plan_packed_passes(
         new = seq.shape[0]
         same_prompt = prev is not None and np.array_equal(rows[groups[-1][-1]].prompt_ids, rows[i].prompt_ids)
         if prev is not None and same_prompt:
-            m = min(seq.shape[0], prev.shape[0])
-            differ = np.flatnonzero(seq[:m] != prev[:m])
-            new = seq.shape[0] - (int(differ[0]) if differ.size else m)
+            new = seq.shape[0] - shared_prefix(seq, prev)
         cap = min(c for c in (micro_tokens, row_tokens, 1 << 62) if c > 0)
         if not same_prompt or sizes[-1] + new > cap:
             groups.append([])
@@ -245,17 +182,9 @@ def packed_logprobs(
     if any(len(r.prompt_ids) == 0 for r in rows):
         raise ValueError("a path needs at least one prompt token to predict its first turn token from")
     packed = [pack_sequences([full_sequence(rows[i]) for i in g]) for g in groups]
-    width = max(p.size for p in packed)
     device = next(model.parameters()).device
-    dtype = next(model.parameters()).dtype
-    ids = np.full((len(packed), width), pad_id, dtype=np.int64)
-    pos = np.zeros((len(packed), width), dtype=np.int64)
-    allowed = np.zeros((len(packed), 1, width, width), dtype=bool)
     src_row, src_pos, src_tok, dst_path, dst_col = [], [], [], [], []
     for r, (p, g) in enumerate(zip(packed, groups, strict=True)):
-        ids[r, : p.size] = p.token_ids
-        pos[r, : p.size] = p.position_ids
-        allowed[r, 0] = p.allowed(width)
         for k, i in enumerate(g):
             prompt, turn = len(rows[i].prompt_ids), len(rows[i].token_ids)
             src_pos.append(p.index[k][prompt - 1 : prompt - 1 + turn])  # the token before j predicts j
@@ -263,13 +192,7 @@ def packed_logprobs(
             src_row.append(np.full(turn, r, dtype=np.int64))
             dst_path.append(np.full(turn, i, dtype=np.int64))
             dst_col.append(np.arange(turn, dtype=np.int64))
-    mask = torch.zeros(allowed.shape, dtype=dtype)
-    mask.masked_fill_(~torch.as_tensor(allowed), torch.finfo(dtype).min)
-    logits = model(
-        input_ids=torch.as_tensor(ids, device=device),
-        attention_mask=mask.to(device),
-        position_ids=torch.as_tensor(pos, device=device),
-    ).logits
+    logits = packed_forward(model, packed, pad_id)
     flat = [torch.as_tensor(np.concatenate(a), device=device) for a in (src_row, src_pos, src_tok)]
     # (K, V): only the positions that predict a turn token
     picked = upcast(logits[flat[0], flat[1]]) / temperature
@@ -280,66 +203,16 @@ def packed_logprobs(
 
 
 _SUPPORT: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
-PROBE_TOLERANCE = {"float64": 1e-8, "float32": 1e-4}  # max |packed - padded| log-prob on the probe; else 5e-2
 
 
 def tree_mask_support(model: Any) -> bool:
-    """Whether ``model`` can run the packed update: its attention applies a given 4D additive mask (Hugging Face
-    ``eager`` or ``sdpa`` attention) and, on a probe of two short paths that share a prefix, packed and padded
-    log-probabilities agree (within `PROBE_TOLERANCE` of its dtype). Checked once per model object; a model that
-    fails is logged once (`trace_rl.train.update` then uses the padded update).
-    """
+    """Whether ``model`` can run the packed update (`trace_rl.policy.packing.packing_support_issue` finds nothing).
+    Checked once per model object; a model that fails is logged once (`trace_rl.train.update` then uses the padded
+    update)."""
     if model in _SUPPORT:
         return _SUPPORT[model]
-    impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
-    reason = ""
-    if impl not in MASK_ATTENTION:
-        reason = f"its attention implementation {impl!r} does not take a custom 4D mask"
-    else:
-        try:
-            err = _probe_error(model)
-            dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-            if not err <= PROBE_TOLERANCE.get(dtype, 5e-2):
-                reason = f"packed and padded log-probabilities differ by {err:.2e} on a probe"
-        except (TypeError, ValueError, RuntimeError) as exc:
-            reason = f"the packed forward failed on a probe ({type(exc).__name__}: {exc})"
-    ok = not reason
-    if not ok:
+    reason = packing_support_issue(model)
+    if reason:
         _log.warning("optim.packing=tree: %s; using the padded update for %s", reason, type(model).__name__)
-    _SUPPORT[model] = ok
-    return ok
-
-
-def _probe_error(model: Any) -> float:
-    """Max |packed - padded| turn-token log-probability on two paths that share their prompt and first 2 turn
-    tokens and then differ for 3 and 2 tokens (the later branch in the packed row is predicted from positions
-    after the earlier branch's tokens, which a model that ignores the mask would attend to)."""
-    import torch
-
-    vocab = int(model.get_input_embeddings().weight.shape[0])
-    ids = np.random.default_rng(0).integers(0, vocab, 10)
-    ids[8] = ids[5] + 1 if ids[8] == ids[5] else ids[8]  # the branches differ at their third token
-    ids %= vocab
-    prompt, first, second = ids[:3], ids[3:8], np.r_[ids[3:5], ids[8:10]]
-    rows = [
-        PathTokens(
-            leaf=0,
-            nodes=np.zeros(1, np.int64),
-            prompt_ids=prompt.astype(np.int64),
-            token_ids=t.astype(np.int64),
-            loss_mask=np.ones(t.shape[0], np.int8),
-            logprobs=np.zeros(t.shape[0], np.float32),
-            advantages=np.zeros(t.shape[0], np.float32),
-            node_of_token=np.zeros(t.shape[0], np.int64),
-        )
-        for t in (first, second)
-    ]
-    training = bool(getattr(model, "training", False))
-    model.eval()  # no dropout: the two forwards must be comparable
-    try:
-        with torch.no_grad():
-            packed = packed_logprobs(model, rows, [[0, 1]], 1.0, 0)
-            padded = sequence_logprobs(model, rows, 1.0, 0)
-    finally:
-        model.train(training)
-    return float((packed - padded).abs().max())
+    _SUPPORT[model] = not reason
+    return not reason

@@ -1,0 +1,143 @@
+"""Packed SFT batches against padded ones on a preset's warm-start data (issue 38 item 1, the warm start's half).
+
+Builds the preset's warm-start examples exactly as `trace_rl.train.warm_start.warm_start_policy` does (its tasks,
+gold trajectories, tokenizer and chat layout), draws ``--batches`` batches of ``policy.sft_batch`` examples, and
+runs one SFT optimizer step (forward, backward, clip, AdamW) on each batch both ways from the same weights, back to
+back in one process, ``--repeats`` times. Prints one JSON line:
+
+- ``tokens_computed``: tokens the forward passes computed over the batches ({"padded", "packed"}: rows x longest
+  row, padding included) and their ratio;
+- ``wall_ratio``: median packed step seconds / median padded step seconds (and both medians, per batch);
+  ``cpu_ratio`` the same in CPU seconds of the process, which a loaded machine disturbs less;
+- ``max_rel_loss_err``: max over batches of |packed - padded| / padded of the batch loss at the starting weights;
+- ``example_tokens``: mean and max tokens of an example, and the prompt prefix all examples share.
+
+    python benchmarks/sft_packing.py [--preset multistep] [--batches 8] [--repeats 3] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+
+def examples_of(preset: str) -> tuple[Any, list[Any], Any]:
+    """(config, warm-start SFT examples, policy) of ``preset``, as its warm start builds them."""
+    from trace_rl.envs import gold_trajectory, make_env
+    from trace_rl.policy import load_policy
+    from trace_rl.policy.sft import build_sft_examples
+    from trace_rl.train.config import load_config
+    from trace_rl.train.hygiene import run_tasks
+
+    cfg = load_config(preset=preset)
+    tasks = list(run_tasks(cfg).sft)
+    policy = load_policy(cfg.policy.name, seed=cfg.seed)
+    gold = [gold_trajectory(t, cfg.env.name) for t in tasks]
+    examples = build_sft_examples(
+        tasks, gold, lambda: make_env(cfg.env.name), policy.tokenizer, render_tools=cfg.policy.render_tools
+    )
+    return cfg, examples, policy
+
+
+def step(model: Any, batch: list[Any], packed: bool, pad_id: int) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process) of one SFT optimizer step on ``batch`` (the
+    `trace_rl.policy.sft.train_sft` step)."""
+    import torch
+
+    from trace_rl.policy.sft import batch_loss
+
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95))
+    t0, c0 = time.perf_counter(), time.process_time()
+    loss = batch_loss(model, batch, 1024, pad_id, packed=packed)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def tokens(batch: list[Any], packed: bool) -> int:
+    """Tokens a forward pass over ``batch`` computes: rows x longest row (`trace_rl.policy.packing`)."""
+    from trace_rl.policy.packing import group_sequences, pack_sequences
+
+    seqs = [e.ids[:1024] for e in batch]
+    if not packed:
+        return len(seqs) * max(s.size for s in seqs)
+    rows = [
+        pack_sequences([seqs[i] for i in g]).size for g in group_sequences(seqs, max(s.size for s in seqs))
+    ]
+    return len(rows) * max(rows)
+
+
+def main() -> None:
+    import torch
+
+    from trace_rl.policy.packing import shared_prefix
+    from trace_rl.policy.sft import batch_loss
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", default="multistep")
+    ap.add_argument("--batches", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    cfg, examples, policy = examples_of(args.preset)
+    rng = np.random.default_rng(0)
+    batches = [
+        [examples[i] for i in rng.choice(len(examples), cfg.policy.sft_batch, replace=False)]
+        for _ in range(args.batches)
+    ]
+    pad_id = int(policy.tokenizer.pad_token_id or 0)
+    model = policy.model.train()
+    errs = []
+    with torch.no_grad():
+        for b in batches:
+            padded = float(batch_loss(model, b, 1024, pad_id, packed=False))
+            packed = float(batch_loss(model, b, 1024, pad_id, packed=True))
+            errs.append(abs(packed - padded) / abs(padded))
+    times: dict[str, list[float]] = {"padded": [], "packed": []}
+    cpu: dict[str, list[float]] = {"padded": [], "packed": []}
+    for _ in range(args.repeats):
+        for b in batches:
+            for name in ("padded", "packed"):  # back to back, from the same weights
+                wall, used = step(copy.deepcopy(model), b, name == "packed", pad_id)
+                times[name].append(wall)
+                cpu[name].append(used)
+    lengths = [e.ids.size for e in examples]
+    common = min(shared_prefix(examples[0].ids, e.ids) for e in examples)
+    computed = {name: sum(tokens(b, name == "packed") for b in batches) for name in ("padded", "packed")}
+    med = {name: statistics.median(v) for name, v in times.items()}
+    med_cpu = {name: statistics.median(v) for name, v in cpu.items()}
+    print(
+        json.dumps(
+            {
+                "preset": args.preset,
+                "batch": cfg.policy.sft_batch,
+                "batches": args.batches,
+                "repeats": args.repeats,
+                "threads": args.threads,
+                "example_tokens": {
+                    "mean": float(np.mean(lengths)),
+                    "max": int(max(lengths)),
+                    "shared": common,
+                },
+                "tokens_computed": {**computed, "ratio": computed["packed"] / computed["padded"]},
+                "step_s": med,
+                "wall_ratio": med["packed"] / med["padded"],
+                "cpu_s": med_cpu,
+                "cpu_ratio": med_cpu["packed"] / med_cpu["padded"],
+                "max_rel_loss_err": max(errs),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""Packed SFT batches (issue 38 item 1): the same loss and gradient as padded batches, rows within their cap, and a
+model that cannot take the mask trains on padded batches after one log line."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from trace_rl.policy.packing import group_sequences, pack_sequences, packing_support_issue  # noqa: E402
+from trace_rl.policy.sft import SFTConfig, SFTExample, batch_loss, train_sft  # noqa: E402
+
+
+def examples(seed: int = 0, n: int = 6) -> list[SFTExample]:
+    """Examples sharing a 12-token prompt prefix, of different lengths, loss on alternating stretches; one pair
+    identical (its shared tokens are computed once and counted twice)."""
+    rng = np.random.default_rng(seed)
+    head = rng.integers(3, 300, 12)
+    out = []
+    for i in range(n):
+        tail = rng.integers(3, 300, (2, 5, 9, 20, 36, 45, 14, 30)[i])
+        ids = np.r_[head, tail].astype(np.int64)
+        mask = np.zeros(ids.size, np.int8)
+        mask[14::3] = 1
+        mask[-4:] = 1
+        out.append(SFTExample(ids, mask))
+    out.append(out[2])
+    return out
+
+
+def grads(model: torch.nn.Module, batch: list[SFTExample], packed: bool) -> tuple[float, list]:
+    model.zero_grad(set_to_none=True)
+    loss = batch_loss(model, batch, 48, 0, packed=packed)
+    loss.backward()
+    return float(loss.detach()), [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
+
+
+def test_packed_batches_give_the_padded_loss_and_gradient(tiny_policy, float64_norms: None) -> None:
+    model = copy.deepcopy(tiny_policy.model).double().eval()
+    batch = examples()  # the two longest are cut to max_len 48 in both ways, the shortest share rows
+    assert len(group_sequences([e.ids[:48] for e in batch], 48)) < len(batch)
+    loss_pad, g_pad = grads(model, batch, False)
+    loss_pack, g_pack = grads(model, batch, True)
+    assert loss_pack == pytest.approx(loss_pad, rel=1e-10)
+    assert len(g_pad) == len(g_pack)
+    for a, b in zip(g_pad, g_pack, strict=True):
+        assert torch.allclose(a, b, rtol=1e-8, atol=1e-12)
+
+
+def test_group_sequences_keeps_rows_within_the_cap_and_every_sequence_once() -> None:
+    seqs = [e.ids for e in examples(1, 8)]
+    for cap in (1, 40, 90, 10_000):
+        rows = group_sequences(seqs, cap)
+        assert sorted(i for r in rows for i in r) == list(range(len(seqs)))
+        for r in rows:
+            assert sum(seqs[i].size for i in r) <= cap or len(r) == 1
+            assert pack_sequences([seqs[i] for i in r]).size <= max(cap, seqs[r[0]].size)
+    assert len(group_sequences(seqs, 10_000)) == 1
+    longest = max(s.size for s in seqs)  # the SFT cap: never more rows, nor wider ones, than padded
+    assert len(group_sequences(seqs, longest)) <= len(seqs)
+    with pytest.raises(ValueError, match="row_tokens"):
+        group_sequences(seqs, 0)
+
+
+def test_sft_packing_setting_is_validated() -> None:
+    with pytest.raises(ValueError, match="packing must be one of"):
+        SFTConfig(packing="trie")
+
+
+class IgnoresMasks(torch.nn.Module):  # type: ignore[misc]
+    """A causal LM that drops a 4D mask and the position ids (one that cannot take packed rows)."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        self.config = inner.config
+
+    def get_input_embeddings(self) -> torch.nn.Module:
+        return self.inner.get_input_embeddings()
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None):  # type: ignore[no-untyped-def]
+        if attention_mask is not None and attention_mask.dim() == 4:
+            attention_mask = None
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask)
+
+
+def test_a_model_that_cannot_take_the_mask_trains_padded_after_one_log_line(tiny_policy) -> None:
+    assert packing_support_issue(tiny_policy.model) == ""
+    model = IgnoresMasks(copy.deepcopy(tiny_policy.model))
+    reference = copy.deepcopy(model)
+    assert "differ" in packing_support_issue(model)
+    lines: list[str] = []
+    cfg = SFTConfig(steps=3, batch_size=3, eval_every=100, warmup_steps=1, packing="tree")
+    train_sft(model, examples(), cfg, pad_id=0, log=lines.append)
+    assert sum("using padded batches" in line for line in lines) == 1
+    train_sft(reference, examples(), SFTConfig(**{**cfg.__dict__, "packing": "none"}), pad_id=0)
+    for a, b in zip(model.parameters(), reference.parameters(), strict=True):
+        assert torch.equal(a, b)
