@@ -10,6 +10,10 @@ the baseline's final pass@1, paired intervals: trace_rl.metrics.curves) and the 
 plot, and curves as the mean over seeds with their min-max band; held-out pass@1 against cumulative generated
 rollouts, rollout-equivalents and tokens with a 95 % t-band. It is self-contained: the plots are embedded as data
 URIs, nothing is fetched.
+
+This module only puts the page together: the folder is read by trace_rl.metrics.run_logs, the figures drawn by
+trace_rl.metrics.plots and the HTML written by trace_rl.metrics.report_html. ``prefix_stage_stats``,
+``flip_rates_by_depth`` and ``depth_stats`` (trace_rl.metrics.prefix_stage) still import from here.
 """
 
 from __future__ import annotations
