@@ -25,8 +25,8 @@ runs, exit status 2. Runs whose config.json predates provenance (no ``provenance
 c23) have an unknown commit and warm start: they are named on stderr and not refused for it. Exit status 2 also
 when a named run has no log.
 
-With ``--prefix-stats`` it adds what the prefix stage bought (`trace_rl.metrics.report.prefix_stage_stats`): per
-run the share of mixed sibling groups, replay flips per replay and per 1,000 generated tokens, their paired
+With ``--prefix-stats`` it adds what the prefix stage bought (`trace_rl.metrics.prefix_stage.prefix_stage_stats`):
+per run the share of mixed sibling groups, replay flips per replay and per 1,000 generated tokens, their paired
 intervals, and per method a table by anchor depth pooled over the seeds (replays, flips, flips per replay, flips
 per 1,000 tokens the replays from that depth sampled).
 """
@@ -50,7 +50,7 @@ from trace_rl.metrics.curves import (
     summary_keys,
 )
 from trace_rl.metrics.intervals import stratified_bootstrap_ci
-from trace_rl.metrics.report import prefix_stage_stats
+from trace_rl.metrics.prefix_stage import prefix_stage_stats
 from trace_rl.train.compare import BOOTSTRAP_MIN_PAIRS, parse_seeds, shared_differences
 from trace_rl.train.provenance import PROVENANCE_KEY, provenance_of
 from trace_rl.train.rundir import log_finished, read_metrics, summarize

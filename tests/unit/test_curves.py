@@ -162,6 +162,47 @@ def test_run_cost_per_step_and_total() -> None:
     assert C.run_cost([]) == {"steps": 0.0}
 
 
+def test_step_means_leave_out_a_metric_some_record_lacks() -> None:
+    from trace_rl.train.rundir import summarize
+
+    train = [
+        {"effective_ratio": 0.5, "wall_s": 2.0, "skip_rate": 0.1, "budget_spent": 8},
+        {"effective_ratio": 0.25, "wall_s": None, "budget_spent": 4},  # null (a NaN written by strict_json)
+        {"effective_ratio": 0.0, "wall_s": 4.0, "skip_rate": 0.3, "budget_spent": 6, "rollouts_generated": 9},
+    ]
+    means = C.step_means(train, ["effective_ratio", "wall_s", "skip_rate", "rollouts_generated"], totals=True)
+    # rollouts_generated: 8 and 4 stand in from budget_spent where it was not logged
+    assert means == {
+        "effective_ratio": 0.25,
+        "effective_ratio_total": 0.75,
+        "rollouts_generated": 7.0,
+        "rollouts_generated_total": 21.0,
+    }
+    assert C.step_means([], ["effective_ratio"]) == {}
+    assert C.step_means([{"x": True}, {"x": math.inf}], ["x"]) == {}  # a bool and an infinity are no numbers
+    # summarize (compare's per-run numbers) averages with the same helper: the missing metric is left out
+    records = [{"kind": "train", "step": k + 1, **r} for k, r in enumerate(train)]
+    records.append({"kind": "eval", "step": 3, "eval_accuracy": 0.4})
+    assert summarize(records) == {
+        "effective_ratio": 0.25,
+        "budget_spent": 6.0,
+        "eval_accuracy": 0.4,
+        "eval_accuracy_first": 0.4,
+    }
+
+
+def test_one_finite_number_rule() -> None:
+    from trace_rl.metrics.numbers import finite_or_none, is_finite_number, number
+
+    assert [is_finite_number(x) for x in (3, 2.5, np.float64(1.0), True, math.nan, -math.inf, "3", None)] == [
+        True, True, True, False, False, False, False, False,
+    ]  # fmt: skip
+    assert number(3) == 3.0 and number(-math.inf) == -math.inf
+    assert all(math.isnan(number(x)) for x in (True, "3", None, [1]))
+    assert finite_or_none(2) == 2.0 and finite_or_none(math.nan) is None and finite_or_none(math.inf) is None
+    assert C.finite_or_none is finite_or_none  # its old import path
+
+
 def test_curves_document_is_strict_json() -> None:
     import json
 

@@ -9,6 +9,7 @@
     band(curves, grid, axis)                  -> Band            mean over seeds and its 95 % t-interval on a grid
     run_cost(records)                         -> {...}           generated rollouts, rollout-equivalents, tokens,
                                                                  tool calls: per step and in total
+    step_means(train, fields)                 -> {...}           per-step means of the fields every record logs
     curve_summaries(curves, baseline, axis)   -> per method, per seed: final accuracy, AUC, spend to the
                                                  baseline's final accuracy (names: summary_keys(axis)), and
                                                  that spend against the baseline's own first crossing of its
@@ -62,6 +63,8 @@ from typing import Any
 
 import numpy as np
 
+from trace_rl.metrics.numbers import finite_or_none as finite_or_none  # re-exported: its old home
+from trace_rl.metrics.numbers import number
 from trace_rl.metrics.summary import eval_records, t_interval, train_records
 
 Record = Mapping[str, Any]
@@ -103,7 +106,7 @@ def charged(records: Sequence[Record], axis: str) -> float:
     total = 0.0
     for r in records:
         if r.get("kind") == "predictor_warm_start" and CHARGE_FIELDS[axis] in r:
-            total += _number(r[CHARGE_FIELDS[axis]])
+            total += number(r[CHARGE_FIELDS[axis]])
     return total
 
 
@@ -148,20 +151,36 @@ class LearningCurve:
         return np.asarray(getattr(self, name))
 
 
-def _number(x: object) -> float:
-    """A logged value as a float; NaN for a missing or non-numeric one."""
-    if isinstance(x, int | float) and not isinstance(x, bool):
-        return float(x)
-    return math.nan
+def _field_values(train: Sequence[Record], field: str) -> list[float]:
+    """Per training record its ``field`` as a float (`number`: NaN if absent or not a number), except that a
+    record without ``rollouts_generated`` counts its ``budget_spent`` there."""
+    if field == "rollouts_generated":
+        return [number(r[field]) if field in r else number(r.get("budget_spent")) for r in train]
+    return [number(r.get(field)) for r in train]
 
 
 def step_spend(train: Sequence[Record], axis: str) -> list[float]:
     """Per training record, what it adds along ``axis``: its ``AXIS_FIELDS[axis]`` field (NaN if absent), except
     on ``rollouts``, where a record without ``rollouts_generated`` counts its ``budget_spent``."""
-    field = AXIS_FIELDS[axis]
-    if axis == "rollouts":
-        return [_number(r[field]) if field in r else _number(r.get("budget_spent")) for r in train]
-    return [_number(r.get(field)) for r in train]
+    return _field_values(train, AXIS_FIELDS[axis])
+
+
+def step_means(train: Sequence[Record], fields: Sequence[str], *, totals: bool = False) -> dict[str, float]:
+    """Per field, the mean over the training records (and with ``totals`` their sum, as ``<field>_total``, right
+    after it), for the fields every record logs as a finite number (`is_finite_number`); a field some record lacks
+    (absent, None, NaN, not a number) is left out, as is every field when there is no record. A record without
+    ``rollouts_generated`` counts its ``budget_spent`` there (`step_spend`).
+
+    The one per-step average of `run_cost` and `trace_rl.train.rundir.summarize`.
+    """
+    out: dict[str, float] = {}
+    for field in fields:
+        values = _field_values(train, field)
+        if values and all(math.isfinite(v) for v in values):
+            out[field] = float(np.mean(values))
+            if totals:
+                out[f"{field}_total"] = float(np.sum(values))
+    return out
 
 
 def learning_curve(records: Sequence[Record]) -> LearningCurve:
@@ -315,11 +334,7 @@ def run_cost(records: Sequence[Record]) -> dict[str, float]:
         return out
     for axis in AXES:
         out[f"probe_{AXIS_FIELDS[axis]}"] = charged(records, axis)
-    for axis in AXES:
-        key, values = AXIS_FIELDS[axis], step_spend(train, axis)
-        if all(math.isfinite(v) for v in values):
-            out[key] = float(np.mean(values))
-            out[f"{key}_total"] = float(np.sum(values))
+    out.update(step_means(train, [AXIS_FIELDS[axis] for axis in AXES], totals=True))
     out["rollouts_generated_logged"] = float(all("rollouts_generated" in r for r in train))
     return out
 
@@ -428,11 +443,6 @@ def grid_for(curves: Sequence[LearningCurve], axis: str = "rollouts", points: in
     if not xs:
         return np.zeros(0)
     return np.linspace(min(float(x[0]) for x in xs), max(float(x[-1]) for x in xs), points)
-
-
-def finite_or_none(value: float) -> float | None:
-    """A number for JSON: None stands for NaN/inf (strict JSON has no NaN; None reads as "not defined")."""
-    return float(value) if math.isfinite(float(value)) else None
 
 
 def _span(span: tuple[float, float]) -> dict[str, float | None]:

@@ -17,9 +17,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from trace_rl.metrics.intervals import mean_ci
+from trace_rl.metrics.numbers import is_finite_number
 
 TIME_PARTS = ("generation", "tools", "predictor", "allocation", "update")
 TIME_KEYS = tuple(f"time_{p}_s" for p in TIME_PARTS)
+TIME_NAMES = (*TIME_PARTS, "other")  # the keys of `time_shares`
+TIME_COLOURS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+)  # per name: plot and HTML bar
 
 Record = Mapping[str, Any]
 
@@ -34,13 +44,9 @@ class Headline:
 
 
 # ------------------------------------------------------------------------------------------------ formatting
-def _is_number(x: object) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(float(x))
-
-
 def fmt_number(x: float | None) -> str:
     """A plain number at sensible precision: 12,345 / 64 / 4.5 / 0.4716 / 1.2e-05."""
-    if x is None or not _is_number(x):
+    if x is None or not is_finite_number(x):
         return "–"
     v = float(x)
     if abs(v) >= 1000:
@@ -54,24 +60,24 @@ def fmt_number(x: float | None) -> str:
 
 def fmt_mean(x: float | None) -> str:
     """A mean of counts: one decimal unless whole ('2.9', '8', '1,234')."""
-    if x is None or not _is_number(x):
+    if x is None or not is_finite_number(x):
         return "–"
     return fmt_number(float(x)) if float(x) == int(x) or abs(x) >= 1000 else f"{float(x):.1f}"
 
 
 def fmt_share(x: float | None, digits: int = 1) -> str:
     """A share in [0, 1] as a percentage: 0.487 -> '48.7 %'."""
-    return f"{100 * float(x):.{digits}f} %" if x is not None and _is_number(x) else "–"
+    return f"{100 * float(x):.{digits}f} %" if x is not None and is_finite_number(x) else "–"
 
 
 def fmt_points(x: float | None) -> str:
     """A difference of two shares in percentage points, signed: 0.031 -> '+3.1 pts'."""
-    return f"{100 * float(x):+.1f} pts" if x is not None and _is_number(x) else "–"
+    return f"{100 * float(x):+.1f} pts" if x is not None and is_finite_number(x) else "–"
 
 
 def fmt_seconds(x: float | None) -> str:
     """A duration: 0.012 -> '12 ms', 4.381 -> '4.38 s', 131 -> '2 min 11 s', 5400 -> '1 h 30 min'."""
-    if x is None or not _is_number(x):
+    if x is None or not is_finite_number(x):
         return "–"
     v = float(x)
     if v < 1:
@@ -104,7 +110,7 @@ def format_field(key: str, value: object) -> str:
 # ------------------------------------------------------------------------------------------------ statistics
 def mean(values: Sequence[float]) -> float:
     """Mean of the finite values; NaN when there is none."""
-    vals = [float(v) for v in values if _is_number(v)]
+    vals = [float(v) for v in values if is_finite_number(v)]
     return sum(vals) / len(vals) if vals else math.nan
 
 
@@ -113,7 +119,7 @@ def t_interval(values: Sequence[float]) -> tuple[float, float]:
     values skipped: `trace_rl.metrics.intervals.mean_ci` (half = t_{0.975, n-1} * s / sqrt(n), s the sample
     standard deviation, ddof 1). NaN mean for no value, NaN half-width for fewer than 2 values.
     """
-    vals = [float(v) for v in values if _is_number(v)]
+    vals = [float(v) for v in values if is_finite_number(v)]
     if not vals:
         return math.nan, math.nan
     ci = mean_ci(vals)
@@ -126,7 +132,7 @@ def train_records(records: Sequence[Record]) -> list[Record]:
 
 
 def eval_records(records: Sequence[Record]) -> list[Record]:
-    return [r for r in records if r.get("kind") == "eval" and _is_number(r.get("eval_accuracy"))]
+    return [r for r in records if r.get("kind") == "eval" and is_finite_number(r.get("eval_accuracy"))]
 
 
 def time_shares(train: Sequence[Record]) -> dict[str, float]:
@@ -158,7 +164,7 @@ def eval_decoding(records: Sequence[Record]) -> str:
 
 # ------------------------------------------------------------------------------------------------ headlines
 def _series(train: Sequence[Record], key: str) -> list[float]:
-    return [float(r[key]) for r in train if _is_number(r.get(key))]
+    return [float(r[key]) for r in train if is_finite_number(r.get(key))]
 
 
 def _first_last(values: Sequence[float], fmt: Any = fmt_share) -> str:
@@ -199,7 +205,9 @@ def run_headline(
         f"{fmt_mean(mean(_series(train, 'replays')))} replays",
         f"{fmt_mean(mean(_series(train, 'active_prompts')))} active prompts",
     ]
-    budget_value = f"{fmt_number(spent)} of {fmt_number(total)}" if _is_number(total) else fmt_number(spent)
+    budget_value = (
+        f"{fmt_number(spent)} of {fmt_number(total)}" if is_finite_number(total) else fmt_number(spent)
+    )
     out.append(Headline("Budget per step", budget_value + " rollout-eq.", "mean " + ", ".join(parts)))
     out.append(
         Headline(
@@ -216,11 +224,11 @@ def run_headline(
             fmt_seconds(mean(wall)),
             f"total {fmt_seconds(sum(wall))}; per step {fmt_mean(round(tokens))} tokens, "
             f"{fmt_mean(tools)} tool calls"
-            if wall and _is_number(tokens) and _is_number(tools)
+            if wall and is_finite_number(tokens) and is_finite_number(tools)
             else "",
         )
     )
-    mse = [r for r in train if _is_number(r.get("predictor_mse"))]
+    mse = [r for r in train if is_finite_number(r.get("predictor_mse"))]
     if mse:
         last_rec = mse[-1]
         out.append(
@@ -233,7 +241,7 @@ def run_headline(
             )
         )
     if sft:
-        history = [h for h in sft.get("history", []) if _is_number(h.get("mean_success"))]
+        history = [h for h in sft.get("history", []) if is_finite_number(h.get("mean_success"))]
         curve = [row for row in sft.get("loss_curve") or [] if len(row) == 2]
         detail = f"loss {fmt_number(curve[0][1])} → {fmt_number(curve[-1][1])} nats/token" if curve else ""
         if history:

@@ -38,6 +38,7 @@ from trace_rl.metrics.curves import (
     summary_keys,
 )
 from trace_rl.metrics.intervals import stratified_bootstrap_ci
+from trace_rl.metrics.numbers import is_finite_number
 from trace_rl.train.checkpoint import completed_step, finished_run
 from trace_rl.train.config import ConfigError, TrainConfig, budget_shape, validate, with_overrides
 from trace_rl.train.provenance import (
@@ -95,10 +96,6 @@ BOOTSTRAP_MIN_PAIRS = 3
 PAIRED_METRICS = ("effective_ratio", "success_rate", "eval_accuracy", *CURVE_METRICS)
 
 
-def _finite(x: object) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and bool(np.isfinite(x))
-
-
 def paired_differences(
     per_method: dict[str, dict[str, Any]], methods: Sequence[str], seeds: int, *, baseline: str
 ) -> dict[str, dict[str, dict[str, float]]]:
@@ -123,7 +120,8 @@ def paired_differences(
             diffs = [
                 per_method[method]["runs"][s][metric] - base_runs[s][metric]
                 for s in range(seeds)
-                if _finite(per_method[method]["runs"][s].get(metric)) and _finite(base_runs[s].get(metric))
+                if is_finite_number(per_method[method]["runs"][s].get(metric))
+                and is_finite_number(base_runs[s].get(metric))
             ]
             if diffs:
                 rows[metric] = mean_ci(diffs).as_dict()
@@ -555,7 +553,7 @@ def compare(
         row["run_budget_total"] = total
         row["rl_budget_total"] = total - float(np.mean([r.get("probe_budget_spent", 0.0) for r in runs]))
         for metric in METRICS:
-            vals = [r[metric] for r in runs if _finite(r.get(metric))]
+            vals = [r[metric] for r in runs if is_finite_number(r.get(metric))]
             if metric.endswith("_to_baseline_final"):
                 row[f"{metric}_reached"] = len(vals)  # seeds; the mean is over these
             if vals:

@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 
 from trace_rl.errors import UserError
+from trace_rl.metrics.curves import step_means
+from trace_rl.metrics.summary import train_records
 from trace_rl.train.config import TrainConfig, config_from_dict
 from trace_rl.train.provenance import config_dict
 
@@ -192,20 +194,24 @@ def log_finished(records: Sequence[dict[str, Any]], config: dict[str, Any]) -> b
     return bool(done and evaluated)
 
 
+SUMMARY_KEYS = (
+    "effective_ratio",
+    "success_rate",
+    "budget_spent",
+    "skip_rate",
+    "active_prompts",
+    "replays",
+    "wall_s",
+)
+"""The headline metrics `summarize` averages over a run's training records."""
+
+
 def summarize(records: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """Means over a run's train records of the headline metrics, and the last eval accuracy."""
-    train_recs = [r for r in records if r.get("kind", "train") == "train"]
+    """Means over a run's train records of the headline metrics (`SUMMARY_KEYS`, by
+    `trace_rl.metrics.curves.step_means`: a metric some record lacks is left out), and the first and last eval
+    accuracy."""
     evals = [r for r in records if r.get("kind") == "eval"]
-    keys = (
-        "effective_ratio",
-        "success_rate",
-        "budget_spent",
-        "skip_rate",
-        "active_prompts",
-        "replays",
-        "wall_s",
-    )
-    out = {k: float(np.mean([r[k] for r in train_recs])) for k in keys if train_recs}
+    out = step_means(train_records(records), SUMMARY_KEYS)
     if evals:
         out["eval_accuracy"] = float(evals[-1]["eval_accuracy"])
         out["eval_accuracy_first"] = float(evals[0]["eval_accuracy"])
