@@ -167,8 +167,9 @@ def batch_loss(model: Any, batch: Sequence[SFTExample], max_len: int, pad_id: in
 
     ``packed=False``: one row per example, padded with ``pad_id`` to the longest. ``packed=True``: the examples side
     by side in rows no longer than the longest (`trace_rl.policy.packing.group_sequences`; ``model`` must take the
-    4D mask), so fewer rows and less padding where short examples fit together, never more tokens than padded;
-    the same loss up to floating-point rounding (each token sees exactly its own example's earlier tokens at the
+    4D mask), so fewer rows and less padding where short examples fit together, never more tokens than padded
+    (where no two examples fit in one row, the padded rows are used: the same compute without the mask); the same
+    loss up to floating-point rounding (each token sees exactly its own example's earlier tokens at the
     same positions).
 
     Raises:
@@ -180,8 +181,9 @@ def batch_loss(model: Any, batch: Sequence[SFTExample], max_len: int, pad_id: in
     cut = [(e.ids[:max_len], e.loss_mask[:max_len]) for e in batch]
     if not any(m[1:].any() for _, m in cut):
         raise ValueError("no loss-mask-1 token to predict in the batch")
-    if packed:
-        rows = group_sequences([ids for ids, _ in cut], max(ids.size for ids, _ in cut))
+    rows = group_sequences([ids for ids, _ in cut], max(ids.size for ids, _ in cut)) if packed else []
+    # packed only where some examples share a row; otherwise padded rows are the same compute without the mask
+    if packed and len(rows) < len(cut):
         tries = [pack_sequences([cut[i][0] for i in g]) for g in rows]
         src_row, src_pos, tgt = [], [], []
         for r, (trie, g) in enumerate(zip(tries, rows, strict=True)):

@@ -194,6 +194,8 @@ class OptimSection:
             ancestry attention mask and per-path position ids, so log-probabilities, loss and gradient equal the
             padded update's up to rounding at a fraction of its compute (`trace_rl.train.packing`); a model whose
             attention cannot take the mask falls back to "none" with one log line. "none": one padded row per path.
+            The warm start's SFT batches follow it (`trace_rl.policy.sft.batch_loss`): "tree" packs examples side
+            by side into rows no longer than the batch's longest, where two fit in one.
     """
 
     lr: float = 5e-5
