@@ -62,7 +62,7 @@ def overrides_from(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trace_rl.cli.main import UsageError, output_folder
+    from trace_rl.cli.common import UsageError, output_folder
     from trace_rl.train.config import load_config
 
     if args.resume:
