@@ -50,7 +50,8 @@ from trace_rl.train.provenance import (
     warm_start_config,
     write_manifest,
 )
-from trace_rl.train.run import Trainer, check_same_config, read_metrics, summarize, train
+from trace_rl.train.run import Trainer, train
+from trace_rl.train.rundir import check_same_config, read_metrics, summarize
 from trace_rl.train.warm_start import PROBE_FILE
 
 # learning curves (trace_rl.metrics.curves): None in a run where not defined (the baseline's accuracy not reached)
