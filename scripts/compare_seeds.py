@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from trace_rl.allocation import get_method
-from trace_rl.train.compare import parse_seeds, parse_variant, plan_runs, run_plan
+from trace_rl.train.compare import parse_seeds, parse_variant, plan_runs, train_runs
 from trace_rl.train.config import load_config
 
 
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         _, plan = plan_runs(cfg, variants, parse_seeds(args.seeds), args.out, jobs=args.jobs)
     except (ValueError, KeyError) as exc:  # ConfigError is a ValueError
         p.error(str(exc))
-    run_plan(plan, jobs=args.jobs)
+    train_runs(plan, jobs=args.jobs)
     return 0
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trace_rl.train.run import summarize  # what compare stores per seed
+from trace_rl.train.rundir import summarize  # what compare stores per seed
 
 TIME_SPLIT = {
     "generation": 0.4,

@@ -8,7 +8,7 @@ subclasses ValueError, so code that catches ValueError keeps working.
 - `DataError`: task data or an environment that cannot be loaded as given (a malformed JSONL row, a missing corpus,
   an unknown environment or split, a held-out filter that leaves too few tasks).
 - `trace_rl.train.config.ConfigError`, `trace_rl.train.warm_start.WarmStartError` and
-  `trace_rl.cli.main.UsageError` subclass `UserError`.
+  `trace_rl.cli.common.UsageError` subclass `UserError`.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from trace_rl.cli.main import INTERNAL_ERROR, UsageError, main, user_input
+from trace_rl.cli.common import UsageError, user_input
+from trace_rl.cli.main import INTERNAL_ERROR, main
 from trace_rl.errors import DataError, UserError
 from trace_rl.train.config import ConfigError
 from trace_rl.train.warm_start import WarmStartError

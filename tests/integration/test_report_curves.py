@@ -56,7 +56,7 @@ def write_folder(root: Path) -> None:
             folder.mkdir(parents=True)
             (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
             evals = [r["eval_accuracy"] for r in records if r["kind"] == "eval"]
-            runs.append(  # what compare keeps per seed (train.run.summarize)
+            runs.append(  # what compare keeps per seed (train.rundir.summarize)
                 {"effective_ratio": 0.5, "success_rate": 0.4, "budget_spent": spent, "wall_s": 2.0}
                 | {"eval_accuracy": evals[-1], "eval_accuracy_first": evals[0]}
             )

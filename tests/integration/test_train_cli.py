@@ -259,7 +259,7 @@ def test_trace_fresh_with_a_probe_warmed_convex_predictor(tmp_path) -> None:
 
     from trace_rl.envs import load_tasks
     from trace_rl.policy import load_policy
-    from trace_rl.train.run import save_probe_outcomes
+    from trace_rl.train.warm_start import save_probe_outcomes
 
     policy = tmp_path / "policy"
     load_policy("tiny", seed=0).save(policy)

@@ -121,7 +121,8 @@ def test_numbers_out_of_range_name_the_key_and_the_range(override, key, accepted
 
 def test_every_numeric_key_has_a_range_and_the_defaults_lie_inside() -> None:
     from trace_rl.train.config import TrainConfig
-    from trace_rl.train.config_check import RANGES, check_ranges, numeric_keys
+    from trace_rl.train.config_check import check_ranges
+    from trace_rl.train.config_ranges import RANGES, numeric_keys
 
     keys = numeric_keys(TrainConfig)
     assert "optim.max_grad_norm" in keys and "env.train_limit" in keys and "budget.max_rollouts" in keys

@@ -14,7 +14,7 @@ import pytest
 
 from trace_rl.integrations.verl.data import task_row
 from trace_rl.integrations.verl.predictor import PredictorActor, RemotePredictor, predictor_text
-from trace_rl.integrations.verl.trainer import prompt_text, row_prompt
+from trace_rl.integrations.verl.trainer import root_anchor_text, row_prompt
 from trace_rl.predictor import node_examples, serialize_anchor
 from trace_rl.types import Task
 
@@ -48,7 +48,7 @@ def test_a_long_prompt_is_scored_with_the_text_its_examples_hold(name: str, limi
     profile = actor.profile()
     assert profile["max_chars"] == limit < len(PROMPT)
     row = task_row(task, 0)
-    scored = prompt_text(row, max_chars=profile["max_chars"])  # what TraceTrainer.prepare_step scores
+    scored = root_anchor_text(row, max_chars=profile["max_chars"])  # what TraceTrainer.prepare_step scores
     assert row_prompt(row) == PROMPT and len(scored) <= limit
     assert scored == predictor_text(PROMPT, max_chars=limit)
     assert "Question: what is 17 * 23?" in scored  # the prompt's end (the question itself) survives the cut
@@ -67,9 +67,9 @@ def test_a_long_prompt_is_scored_with_the_text_its_examples_hold(name: str, limi
 
 def test_a_row_without_a_trace_task_uses_its_last_user_message() -> None:
     row = {"raw_prompt": [{"role": "user", "content": "first"}, {"role": "user", "content": PROMPT}]}
-    assert prompt_text(row, max_chars=1024) == predictor_text(PROMPT, max_chars=1024)
+    assert root_anchor_text(row, max_chars=1024) == predictor_text(PROMPT, max_chars=1024)
     with pytest.raises(ValueError, match="max_chars"):
-        prompt_text(row, max_chars=10)
+        root_anchor_text(row, max_chars=10)
 
 
 def test_the_verl_seam_refuses_a_faked_old_verl(monkeypatch) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from trace_rl.cli.main import UsageError
+from trace_rl.cli.common import UsageError
 
 
 @dataclass(frozen=True)

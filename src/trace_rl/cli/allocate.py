@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from trace_rl.allocation import allocate_roots, mixed_probability
-from trace_rl.cli.main import UsageError, user_input
+from trace_rl.cli.common import UsageError, parse_probs, user_input
 
 
 def register(sub: Any) -> None:
@@ -35,19 +35,6 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
-
-
-def _parse_probs(text: str) -> np.ndarray:
-    try:
-        values = [float(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise UsageError(f"--probs must be comma-separated numbers; got {text!r}") from None
-    if not values:
-        raise UsageError("--probs needs at least one probability")
-    arr = np.asarray(values)
-    if np.isnan(arr).any() or (arr < 0).any() or (arr > 1).any():
-        raise UsageError(f"--probs must be probabilities in [0, 1]; got {text!r}")
-    return arr
 
 
 def uniform_allocation(n: int, budget: int) -> np.ndarray:
@@ -79,7 +66,7 @@ def _parse_sweep(text: str) -> tuple[int, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    v = _parse_probs(args.probs)
+    v = parse_probs(args.probs)
     if args.plot and not args.sweep:
         raise UsageError("--plot needs --sweep LO:HI")
     if args.plot and not args.plot.lower().endswith(".png"):

@@ -54,13 +54,13 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from trace_rl.allocation import get_method
-    from trace_rl.cli.main import UsageError
+    from trace_rl.cli.common import UsageError
     from trace_rl.train.config import load_config
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not methods:
         raise UsageError("--methods needs at least one method")
-    from trace_rl.cli.main import user_input
+    from trace_rl.cli.common import user_input
     from trace_rl.train.compare import parse_variant
 
     for m in methods:
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(
         preset=args.preset if args.preset or args.config else "demo", file=args.config, overrides=overrides
     )
-    from trace_rl.cli.main import output_folder
+    from trace_rl.cli.common import output_folder
     from trace_rl.metrics.report import write_report
     from trace_rl.train.compare import compare
 

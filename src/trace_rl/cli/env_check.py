@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any
 
-from trace_rl.cli.main import UsageError
+from trace_rl.cli.common import UsageError
 from trace_rl.errors import UserError
 
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from trace_rl.cli.allocate import _parse_probs
-from trace_rl.cli.main import UsageError, user_input
+from trace_rl.cli.common import UsageError, parse_probs, user_input
 
 
 def register(sub: Any) -> None:
@@ -38,6 +37,6 @@ def run(args: argparse.Namespace) -> int:
     if not args.out.lower().endswith((".html", ".htm")):
         raise UsageError(f"--out must name an .html file; got {args.out!r}")
     with user_input():  # write_explorer checks the starting budget
-        page = write_explorer(args.out, _parse_probs(args.probs).tolist(), args.budget)
+        page = write_explorer(args.out, parse_probs(args.probs).tolist(), args.budget)
     print(page)
     return 0

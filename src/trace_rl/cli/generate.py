@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from trace_rl.cli.main import UsageError, user_input
+from trace_rl.cli.common import UsageError, user_input
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

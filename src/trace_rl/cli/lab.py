@@ -12,7 +12,7 @@ import json
 import time
 from typing import Any
 
-from trace_rl.cli.main import UsageError
+from trace_rl.cli.common import UsageError
 
 
 def register(sub: Any) -> None:
@@ -95,7 +95,7 @@ def run_plot_cmd(args: argparse.Namespace) -> int:
 
     if args.seeds < 1:
         raise UsageError(f"--seeds must be at least 1; got {args.seeds}")
-    from trace_rl.cli.main import output_folder
+    from trace_rl.cli.common import output_folder
 
     for path in write_plots(output_folder(args.out), seeds=args.seeds):
         print(path)

@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from trace_rl.allocation import METHODS
-from trace_rl.cli.main import UsageError
+from trace_rl.cli.common import UsageError
 from trace_rl.lab import (
     SHAPES,
     OraclePredictor,

@@ -6,32 +6,17 @@ import argparse
 import os
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import NoReturn
 
 from trace_rl import __version__
+from trace_rl.cli.common import UsageError, output_folder, user_input
 from trace_rl.errors import REPORT_BUG, UserError
+
+__all__ = ["INTERNAL_ERROR", "UsageError", "build_parser", "main", "output_folder", "user_input"]
 
 INTERNAL_ERROR = 1
 """Exit status of a command that stopped on an unexpected exception (a bug); user errors exit with 2."""
-
-
-class UsageError(UserError):
-    """Bad user input: printed as one line, exit status 2, no traceback."""
-
-
-@contextmanager
-def user_input(prefix: str = "") -> Iterator[None]:
-    """Inside the block, a ValueError is a check of the user's own arguments failing: re-raise it as a UsageError
-    (one line, exit status 2). Wrap only calls whose ValueErrors can come from those arguments, so that a
-    ValueError anywhere else stays a bug with its traceback."""
-    try:
-        yield
-    except UserError:
-        raise
-    except ValueError as exc:
-        raise UsageError(f"{prefix}{exc}") from None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,19 +24,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def output_folder(path: str, flag: str = "--out") -> str:
-    """``path`` when it can be an output folder (a folder, or missing below a folder), else UsageError."""
-    current = os.path.abspath(path)
-    while not os.path.exists(current):
-        current = os.path.dirname(current)
-    if not os.path.isdir(current):
-        what = "it is a file" if current == os.path.abspath(path) else f"it lies under the file {current}"
-        raise UsageError(
-            f"{flag} {path} is not a directory ({what}); {flag} names a folder, created when missing"
-        )
-    return path
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,8 +67,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # `python -m trace_rl.cli.main`: run the imported module's main, so that the subcommands' UsageError (raised
-    # from trace_rl.cli.main) is the class caught here, not a second copy defined in __main__
-    from trace_rl.cli.main import main as _main
-
-    sys.exit(_main())
+    sys.exit(main())

@@ -7,7 +7,7 @@ import signal
 import time
 from pathlib import Path
 
-from trace_rl.cli.main import UsageError
+from trace_rl.cli.common import UsageError
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from trace_rl.cli.main import UsageError
+from trace_rl.cli.common import UsageError
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from trace_rl.cli._envs import resolve_env
-    from trace_rl.cli.main import user_input
+    from trace_rl.cli.common import user_input
     from trace_rl.policy import load_policy
     from trace_rl.policy.sft import SFTConfig, build_sft_examples, train_sft
 

@@ -62,11 +62,12 @@ def overrides_from(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trace_rl.cli.main import UsageError, output_folder
+    from trace_rl.cli.common import UsageError, output_folder
     from trace_rl.train.config import load_config
 
     if args.resume:
-        from trace_rl.train.run import resume_config, train
+        from trace_rl.train.run import train
+        from trace_rl.train.rundir import resume_config
 
         if args.preset or args.config:
             given = f"--preset {args.preset}" if args.preset else f"--config {args.config}"
@@ -112,7 +113,7 @@ def _finish(out: str) -> int:
 
 def summary_line(out: str) -> str:
     """One line on what the run did: held-out pass@1 first -> last, mean effective ratio and success rate."""
-    from trace_rl.train.run import read_metrics, summarize
+    from trace_rl.train.rundir import read_metrics, summarize
 
     records = read_metrics(f"{out}/metrics.jsonl")
     s = summarize(records)

@@ -51,7 +51,8 @@ from trace_rl.train.provenance import (
     warm_start_config,
     write_manifest,
 )
-from trace_rl.train.run import Trainer, check_same_config, read_metrics, summarize, train
+from trace_rl.train.run import Trainer, train
+from trace_rl.train.rundir import check_same_config, read_metrics, summarize
 from trace_rl.train.warm_start import PROBE_FILE
 
 # learning curves (trace_rl.metrics.curves): None in a run where not defined (the baseline's accuracy not reached)
@@ -417,7 +418,7 @@ def plan_runs(
     return base, plan
 
 
-def run_plan(
+def train_runs(
     plan: Sequence[Run], *, jobs: int = 1, progress: bool = False, log: Callable[[str], None] = print
 ) -> dict[tuple[str, int], dict[str, Any]]:
     """Train (or read back, or resume) every run of ``plan``, ``jobs`` at a time in separate processes; each
@@ -463,6 +464,11 @@ def run_plan(
             for worker in mp.active_children():
                 worker.join(timeout=30)
     return summaries
+
+
+run_plan = train_runs
+"""Deprecated name of `train_runs` (docs/training.md named it before issue 41); use `train_runs`, which does not
+share its name with `trace_rl.rollout.scheduler.run_plan` (one step's root plan)."""
 
 
 def check_provenance(plan: Sequence[Run], base: TrainConfig) -> dict[str, Any]:
@@ -529,7 +535,7 @@ def compare(
     labels = [label for label, _, _ in variants]
     root = Path(out)
     base, plan = plan_runs(cfg, variants, range(seeds), root, jobs=jobs, log=log)
-    summaries = run_plan(plan, jobs=jobs, progress=progress, log=log)
+    summaries = train_runs(plan, jobs=jobs, progress=progress, log=log)
     # learning curves and cost as generated, read back from every run's log (finished runs included)
     logs = {(label, seed): read_metrics(run_dir / "metrics.jsonl") for label, seed, _, run_dir in plan}
     curves = {label: [learning_curve(logs[label, seed]) for seed in range(seeds)] for label in labels}

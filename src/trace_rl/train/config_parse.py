@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_rl.errors import UserError
+from trace_rl.train.config_ranges import RANGES
 
 
 class ConfigError(UserError):
@@ -67,9 +68,7 @@ INT_LIMIT = 2**63
 
 
 def _accepts(key: str) -> str:
-    """`` (accepted: >= 1)`` for a key with a range in `trace_rl.train.config_check.RANGES`, else ``""``."""
-    from trace_rl.train.config_check import RANGES  # lazy: config_check imports ConfigError from here
-
+    """`` (accepted: >= 1)`` for a key with a range in `trace_rl.train.config_ranges.RANGES`, else ``""``."""
     r = RANGES.get(key)
     return f" (accepted: {r.text()}{'; ' + r.note if r.note else ''})" if r is not None else ""
 

@@ -3,7 +3,8 @@
 The run's other jobs live next to it: the supervised warm start in `trace_rl.train.warm_start`, the held-out
 evaluation in `trace_rl.train.evaluation`, checkpoints in `trace_rl.train.checkpoint`, and the run folder (its
 layout, metrics.jsonl, config.json, the CLI's helpers) in `trace_rl.train.rundir`, the data order and the timed env
-factory in `trace_rl.train.data`. Their public names stay importable from here.
+factory in `trace_rl.train.data`. Names they own that were importable from here before the split still are
+(`read_metrics`, `summarize`, `resume_config`, `save_probe_outcomes`, ...), but are not this module's `__all__`.
 """
 
 from __future__ import annotations
@@ -18,13 +19,9 @@ from typing import Any
 import numpy as np
 
 from trace_rl.errors import UserError
-from trace_rl.train.checkpoint import (
-    KEEP_CHECKPOINTS,
-    latest_checkpoint,
-    load_checkpoint,
-    resumable_checkpoint,
-    save_checkpoint,
-)
+from trace_rl.train.checkpoint import KEEP_CHECKPOINTS as KEEP_CHECKPOINTS
+from trace_rl.train.checkpoint import latest_checkpoint as latest_checkpoint
+from trace_rl.train.checkpoint import load_checkpoint, resumable_checkpoint, save_checkpoint
 from trace_rl.train.config import ConfigError, TrainConfig, budget_shape
 from trace_rl.train.data import DataCursor, TimedEnvFactory
 from trace_rl.train.evaluation import evaluate_held_out
@@ -33,23 +30,18 @@ from trace_rl.train.rundir import (
     RUN_DIRS,
     RUN_FILES,
     append_jsonl,
-    check_same_config,
     clear_run,
     progress_bar,
-    read_metrics,
-    resume_config,
-    summarize,
     tb_write,
     tensorboard,
 )
-from trace_rl.train.warm_start import (
-    PROBE_FILE,
-    WarmStartError,
-    probe_charge,
-    save_probe_outcomes,
-    warm_start_policy,
-    warm_start_predictor,
-)
+from trace_rl.train.rundir import check_same_config as check_same_config
+from trace_rl.train.rundir import read_metrics as read_metrics
+from trace_rl.train.rundir import resume_config as resume_config
+from trace_rl.train.rundir import summarize as summarize
+from trace_rl.train.warm_start import PROBE_FILE, probe_charge, warm_start_policy, warm_start_predictor
+from trace_rl.train.warm_start import WarmStartError as WarmStartError
+from trace_rl.train.warm_start import save_probe_outcomes as save_probe_outcomes
 
 UPDATE_STREAM = 1
 """The policy update's minibatch order draws from ``default_rng([seed, UPDATE_STREAM])``, apart from the stream
@@ -484,22 +476,6 @@ def train(
     return Trainer(cfg, out, resume=resume).run(progress=progress)
 
 
-__all__ = [
-    "KEEP_CHECKPOINTS",
-    "PROBE_FILE",
-    "RUN_DIRS",
-    "RUN_FILES",
-    "DataCursor",
-    "TimedEnvFactory",
-    "Trainer",
-    "WarmStartError",
-    "check_same_config",
-    "clear_run",
-    "latest_checkpoint",
-    "policy_device",
-    "read_metrics",
-    "resume_config",
-    "save_probe_outcomes",
-    "summarize",
-    "train",
-]
+# The ``from ... import X as X`` names above are re-exports: importable from here before the run's jobs moved to
+# their own modules (docs/training.md), kept for outside code; the repository imports each from its owner.
+__all__ = ["UPDATE_STREAM", "Trainer", "policy_device", "train"]

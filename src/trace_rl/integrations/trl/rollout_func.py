@@ -181,7 +181,7 @@ class TraceRolloutFunc:
         record, results = training_step(step, pool, self.method, shape, self.parts, self.rng)
         self.records.append(record)
         self.last_results = list(results)
-        out = self._rows(pool, results, g)
+        out = self._generation_rows(pool, results, g)
         self.plans.append(out.pop("_roots"))  # type: ignore[arg-type]
         return out
 
@@ -232,7 +232,10 @@ class TraceRolloutFunc:
             raise ValueError(f"prompt {text[:80]!r} matches none of the rollout function's tasks")
         return task
 
-    def _rows(self, pool: list[Task], results: list[Any], g: int) -> dict[str, Any]:
+    def _generation_rows(self, pool: list[Task], results: list[Any], g: int) -> dict[str, Any]:
+        """TRL's ``num_generations`` = ``g`` rows per prompt of ``pool``, as rollout_func's output columns: one row
+        per root-to-leaf path of its tree (`tree_rows`), then masked padding rows; ``_roots`` holds each prompt's
+        m_i."""
         by_task: dict[str, list[Any]] = {}
         for r in results:  # a prompt repeated in one slice is one task: hand its trees out in order
             by_task.setdefault(r.task.id, []).append(r)

@@ -16,7 +16,7 @@ def predictor_text(prompt: str, turns: Sequence[Any] = (), *, max_chars: int) ->
     """The text the shared predictor sees for a prompt (no ``turns``) or an anchor (the turns up to it), cut at
     the predictor's own limit ``max_chars`` (its `PredictorActor.profile` ``max_chars``: 1,024 characters for
     ``ngram`` and ``minilm``, 508 for ``tiny``). The adapter scores the trainer's candidate prompts
-    (`trace_rl.integrations.verl.trainer.prompt_text`) and builds the predictor's training examples
+    (`trace_rl.integrations.verl.trainer.root_anchor_text`) and builds the predictor's training examples
     (`trace_rl.integrations.verl.worker`, through `trace_rl.predictor.node_examples`' ``text_of``) with this
     one function, so the texts scored are the texts learned from; it is the native trainer's
     ``serialize_anchor(prompt, turns, max_chars=predictor.max_chars)``.

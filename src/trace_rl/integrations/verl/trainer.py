@@ -173,7 +173,7 @@ def row_prompt(row: dict[str, Any]) -> str:
     return str(users[-1] if users else "")
 
 
-def prompt_text(row: dict[str, Any], *, max_chars: int) -> str:
+def root_anchor_text(row: dict[str, Any], *, max_chars: int) -> str:
     """The text the predictor scores for a prompt: `predictor_text` of `row_prompt` (a depth-0 anchor) at the
     predictor's own ``max_chars``, the same text its training examples hold for that prompt's root.
 
@@ -183,7 +183,13 @@ def prompt_text(row: dict[str, Any], *, max_chars: int) -> str:
     return predictor_text(row_prompt(row), max_chars=max_chars)
 
 
-def _rows(column: Any) -> list[Any]:
+prompt_text = root_anchor_text
+"""Deprecated name of `root_anchor_text` (docs/integrations.md named it before issue 41); the TRL adapter's
+`trace_rl.integrations.trl.parts.prompt_text` is a prompt's raw user text, not the predictor's text."""
+
+
+def _field_rows(column: Any) -> list[Any]:
+    """One item per row of a TransferQueue field: a (nested) tensor's rows, or the items of a list."""
     if isinstance(column, torch.Tensor):
         return list(column.unbind()) if column.is_nested else [column[i] for i in range(column.shape[0])]
     return list(column)
@@ -200,7 +206,7 @@ def fetch_layouts(
     data = tq.kv_batch_get(
         keys=[keys[i] for i in real], partition_id=partition_id, select_fields=LAYOUT_FIELDS
     )
-    sessions, lens = _rows(data["trace_sessions"]), _rows(data["trace_turn_lens"])
+    sessions, lens = _field_rows(data["trace_sessions"]), _field_rows(data["trace_turn_lens"])
     for j, i in enumerate(real):
         out[i] = RowLayout(
             np.asarray(torch.as_tensor(sessions[j]).cpu(), dtype=np.int64),
@@ -277,7 +283,7 @@ class TraceTrainer(PPOTrainerSync):  # type: ignore[misc]
         ]
         max_chars = int(ray.get(self._predictor.profile.remote())["max_chars"])  # the predictor's own limit
         v = np.asarray(
-            ray.get(self._predictor.predict.remote([prompt_text(r, max_chars=max_chars) for r in rows])),
+            ray.get(self._predictor.predict.remote([root_anchor_text(r, max_chars=max_chars) for r in rows])),
             dtype=np.float64,
         )
         m = plan_roots(

@@ -67,7 +67,8 @@ class FinishedPrompt:
 
     Attributes:
         uid: verl's prompt uid. task: the trace-rl task. tree: its rollout tree (roots, then replays).
-        roots: m_i. k: int64 (J,) replays per anchor offered (the depth-0 anchor first when offered).
+        roots: m_i. anchor_rollouts: int64 (J,) rollouts allocated per anchor (the paper's k_j): replays of its
+            turn prefix, and at the depth-0 anchor (first, when offered) fresh root sessions.
         anchor_values: float64 (J,) the predictor's V_j (NaN where not scored). replay_budget: N * m_i.
         fresh: fresh root sessions the prefix budget bought. spent: rollout-equivalents spent (roots + priced
             replays). unspent: prefix budget left unspent (rollout-equivalents). allocation: the method that
@@ -78,7 +79,7 @@ class FinishedPrompt:
     task: Task
     tree: RolloutTree
     roots: int
-    k: np.ndarray
+    anchor_rollouts: np.ndarray
     anchor_values: np.ndarray
     replay_budget: int
     fresh: int = 0
@@ -87,9 +88,14 @@ class FinishedPrompt:
     allocation: str = "trace"
 
     @property
+    def k(self) -> np.ndarray:
+        """Deprecated name of `anchor_rollouts` (read-only); ``summary()`` keeps the key ``"k"``."""
+        return self.anchor_rollouts
+
+    @property
     def replays(self) -> int:
         """Replays from turn prefixes (fresh root sessions not counted)."""
-        return int(self.k.sum()) - self.fresh
+        return int(self.anchor_rollouts.sum()) - self.fresh
 
     def summary(self) -> dict[str, Any]:
         """Plain-type record (the tree as `RolloutTree.to_dict`) that crosses Ray and JSON."""
@@ -104,7 +110,7 @@ class FinishedPrompt:
             "spent": self.spent,
             "unspent": self.unspent,
             "allocation": self.allocation,
-            "k": [int(x) for x in self.k],
+            "k": [int(x) for x in self.anchor_rollouts],
             "anchor_values": [float(x) for x in self.anchor_values],
             "tree": self.tree.to_dict(),
         }
