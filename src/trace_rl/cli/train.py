@@ -121,8 +121,11 @@ def summary_line(out: str) -> str:
     parts = [f"{len(train_recs)} steps"]
     if "eval_accuracy" in s:
         parts.append(f"held-out pass@1 {s['eval_accuracy_first']:.3f} -> {s['eval_accuracy']:.3f}")
-    if train_recs:
-        parts.append(f"mean effective ratio {s['effective_ratio']:.3f}")
-        parts.append(f"mean success rate {s['success_rate']:.3f}")
-        parts.append(f"budget spent per step {s['budget_spent']:.1f}")
+    for key, label, fmt in (
+        ("effective_ratio", "mean effective ratio", ".3f"),
+        ("success_rate", "mean success rate", ".3f"),
+        ("budget_spent", "budget spent per step", ".1f"),
+    ):
+        if train_recs and key in s:  # summarize leaves out a metric some step did not log as a number
+            parts.append(f"{label} {s[key]:{fmt}}")
     return "summary: " + ", ".join(parts)
