@@ -141,3 +141,11 @@ def test_knapsack_dp_exact_and_infeasible() -> None:
     np.testing.assert_array_equal(knapsack_dp(table, 2), [1, 1])
     with pytest.raises(ValueError, match="exactly"):
         knapsack_dp(np.array([[0.0, -np.inf, 1.0]]), 1)
+
+
+@pytest.mark.parametrize("cost", [1.5, True, "2", [1, 1, 1], 0])
+def test_knapsack_dp_checks_costs_like_the_other_solvers(cost: object) -> None:
+    table = np.array([[0.0, 3.0, 5.0], [0.0, 4.0, 6.0]])
+    with pytest.raises(ValueError, match="cost"):
+        knapsack_dp(table, 2, cost=cost)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(knapsack_dp(table, 4, cost=2), [1, 1])

@@ -298,3 +298,12 @@ def test_binomial_fit_matches_scikit_learn_on_duplicated_rows():
     )
     np.testing.assert_allclose(beta, ref.coef_[0], atol=2e-3)
     assert b0 == pytest.approx(float(ref.intercept_[0]), abs=2e-3)
+
+
+def test_every_convex_predictor_name_has_its_l2_strength_and_known_blocks() -> None:
+    from trace_rl.predictor.blocks.registry import block_names
+    from trace_rl.predictor.names import CONVEX_FEATURES, DEFAULT_C
+
+    assert set(DEFAULT_C) == set(CONVEX_FEATURES)
+    for features in CONVEX_FEATURES.values():
+        assert block_names(features)  # every part is a registered feature block

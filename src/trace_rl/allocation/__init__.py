@@ -7,13 +7,16 @@ from trace_rl.allocation.budget import (
     token_aware_costs,
     units_per_rollout,
 )
+from trace_rl.allocation.contrast import allocate_contrast
+from trace_rl.allocation.knapsack import knapsack_dp
 from trace_rl.allocation.objectives import (
     contrast_value,
     flip_probability,
     mixed_probability,
     repeat_probability,
 )
-from trace_rl.allocation.solvers import allocate_contrast, allocate_prefixes, allocate_roots, knapsack_dp
+from trace_rl.allocation.prefixes import allocate_prefixes
+from trace_rl.allocation.roots import allocate_roots
 from trace_rl.allocation.strategies import (
     METHODS,
     PREFIX_OBJECTIVES,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from trace_rl.allocation.validation import IntArray, as_int
+from trace_rl.allocation.validation import IntArray, as_costs, as_int
 
 __all__ = ["knapsack_dp"]
 
@@ -31,7 +31,8 @@ def knapsack_dp(
     Args:
         values: float array of shape (P, K + 1); values[i, k] is the value of giving k units to item i.
         budget: total cost to spend, >= 0.
-        cost: integer cost per unit of each item, shape (P,) or scalar (default 1).
+        cost: integer cost per unit of each item (>= 1), shape (P,) or scalar (default 1); the shared check
+            (`trace_rl.allocation.validation.as_costs`) refuses fractions, bools and other shapes.
         exact: require the cost to equal the budget (True) or only not exceed it (False).
 
     Returns:
@@ -47,13 +48,7 @@ def knapsack_dp(
         raise ValueError("values contains NaN")
     total = as_int(budget, "budget")
     p, width = table.shape
-    costs = (
-        np.ones(p, dtype=np.int64)
-        if cost is None
-        else np.broadcast_to(np.asarray(cost, dtype=np.int64), (p,)).copy()
-    )
-    if (costs < 1).any():
-        raise ValueError("cost must be at least 1")
+    costs = as_costs(cost, p)
     neg = -np.inf
     best = np.full(total + 1, neg)
     best[0] = 0.0

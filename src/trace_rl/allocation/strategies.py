@@ -41,8 +41,11 @@ import numpy as np
 import numpy.typing as npt
 
 from trace_rl.allocation.budget import BudgetShape
+from trace_rl.allocation.contrast import allocate_contrast
+from trace_rl.allocation.knapsack import knapsack_dp
 from trace_rl.allocation.objectives import mixed_probability
-from trace_rl.allocation.solvers import allocate_contrast, allocate_prefixes, allocate_roots, knapsack_dp
+from trace_rl.allocation.prefixes import allocate_prefixes
+from trace_rl.allocation.roots import allocate_roots
 from trace_rl.allocation.validation import FloatArray, IntArray, as_probability_vector
 from trace_rl.types import RootPlan
 

@@ -41,7 +41,7 @@ from trace_rl.lab import (
     sample_pool,
 )
 from trace_rl.lab.claims import POOL_FACTOR
-from trace_rl.lab.stats import mean_ci
+from trace_rl.metrics.intervals import mean_ci
 from trace_rl.predictor import NodeExample, OnlineConfig, OnlineTrainer, SuccessPredictor, node_examples
 from trace_rl.predictor.metrics import error_by_depth, mse, spearman
 from trace_rl.predictor.serialize import serialize_anchor

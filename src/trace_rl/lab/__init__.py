@@ -31,8 +31,8 @@ from trace_rl.lab.simulator import (
     sample_pool,
     simulate_futures,
 )
-from trace_rl.lab.stats import Interval, mean_ci
 from trace_rl.lab.step import StepResult, method_step
+from trace_rl.metrics.intervals import Interval, mean_ci
 
 __all__ = [
     "SHAPES",

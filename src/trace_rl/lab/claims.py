@@ -29,8 +29,8 @@ from trace_rl.lab.simulator import (
     sample_pool,
     simulate_futures,
 )
-from trace_rl.lab.stats import Interval, mean_ci
 from trace_rl.lab.step import method_step
+from trace_rl.metrics.intervals import Interval, mean_ci
 
 FloatArray = npt.NDArray[np.float64]
 

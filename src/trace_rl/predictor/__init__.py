@@ -63,7 +63,7 @@ def build_predictor(name_or_path: str, **overrides: Any) -> SuccessPredictor:
             :func:`~trace_rl.predictor.consensus.prior_columns`: the prior of ``budget.state_evidence``).
         **overrides: fields of :class:`trace_rl.predictor.model.PredictorConfig` (lr, max_tokens, device, ...);
             for "tiny" also d_model, n_layers, n_heads, d_ff; for Hugging Face models also pooling; for the
-            convex predictors fields of :class:`trace_rl.predictor.convex.ConvexConfig` (c, kappa, ...; lr and
+            convex predictors fields of :class:`trace_rl.predictor.convex_config.ConvexConfig` (c, kappa, ...; lr and
             seed are accepted and ignored: the fit is deterministic).
 
     Returns:

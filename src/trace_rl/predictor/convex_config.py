@@ -1,12 +1,13 @@
 """The convex predictor's configuration: :class:`ConvexConfig` (its hyper-parameters, validated) and the inverse L2
-strength each convex predictor name is built with (:data:`DEFAULT_C`)."""
+strength each convex predictor name is built with (:data:`DEFAULT_C`, kept beside the names in
+`trace_rl.predictor.names`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from trace_rl.predictor.base import DEFAULT_EPS, DEFAULT_PRIOR
-from trace_rl.predictor.names import CONVEX_FEATURES
+from trace_rl.predictor.names import CONVEX_FEATURES, DEFAULT_C  # noqa: F401 (DEFAULT_C re-exported)
 
 #: Feature sets of :class:`ConvexConfig` (column blocks in this order: n-grams, MiniLM, policy state, group).
 FEATURE_SETS = tuple(CONVEX_FEATURES.values())
@@ -84,16 +85,3 @@ class ConvexConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(f"ConvexConfig: {message}")
-
-
-#: Inverse L2 strength per predictor, chosen by 5-fold CV on demo-task outcomes (docs/predictor.md); the state
-#: predictors take ngram+minilm's (not tuned on the anchors they are measured on: docs/predictor.md).
-DEFAULT_C = {
-    "ngram": 30.0,
-    "minilm-head": 10.0,
-    "ngram+minilm": 30.0,
-    "state-head": 30.0,
-    "ngram+minilm+state": 30.0,
-    "ngram+minilm+group": 30.0,
-    "ngram+minilm+group-prior": 30.0,
-}

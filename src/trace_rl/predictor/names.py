@@ -1,8 +1,9 @@
-"""The convex predictors' names and feature sets (no numerical imports: the verl and TRL adapters' configs read them)."""
+"""The convex predictors' names, feature sets and L2 strengths (no numerical imports: the verl and TRL adapters'
+configs read them)."""
 
 from __future__ import annotations
 
-#: Feature set of each convex predictor name (`trace_rl.predictor.convex.ConvexConfig.features`).
+#: Feature set of each convex predictor name (`trace_rl.predictor.convex_config.ConvexConfig.features`).
 CONVEX_FEATURES = {
     "ngram": "ngram",
     "minilm-head": "minilm",
@@ -11,6 +12,18 @@ CONVEX_FEATURES = {
     "ngram+minilm+state": "ngram+minilm+state",
     "ngram+minilm+group": "ngram+minilm+group",
     "ngram+minilm+group-prior": "ngram+minilm+group-prior",
+}
+#: Inverse L2 strength per predictor name (one entry per `CONVEX_FEATURES` name; a test checks), chosen by 5-fold
+#: CV on demo-task outcomes (docs/predictor.md); the state predictors take ngram+minilm's (not tuned on the anchors
+#: they are measured on: docs/predictor.md).
+DEFAULT_C = {
+    "ngram": 30.0,
+    "minilm-head": 10.0,
+    "ngram+minilm": 30.0,
+    "state-head": 30.0,
+    "ngram+minilm+state": 30.0,
+    "ngram+minilm+group": 30.0,
+    "ngram+minilm+group-prior": 30.0,
 }
 CONVEX_NAMES = tuple(CONVEX_FEATURES)
 #: The predictors that read the live policy's hidden state: only trace-rl's own trainer attaches a policy to them

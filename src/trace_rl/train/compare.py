@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 
 from trace_rl.errors import UserError
-from trace_rl.lab.stats import mean_ci
 from trace_rl.metrics.curves import (
     MATCHED_KEYS,
     SUMMARY_AXES,
@@ -37,7 +36,7 @@ from trace_rl.metrics.curves import (
     run_cost,
     summary_keys,
 )
-from trace_rl.metrics.intervals import stratified_bootstrap_ci
+from trace_rl.metrics.intervals import mean_ci, stratified_bootstrap_ci
 from trace_rl.metrics.numbers import is_finite_number
 from trace_rl.train.checkpoint import completed_step, finished_run
 from trace_rl.train.config import ConfigError, TrainConfig, budget_shape, validate, with_overrides
@@ -464,11 +463,6 @@ def train_runs(
             for worker in mp.active_children():
                 worker.join(timeout=30)
     return summaries
-
-
-run_plan = train_runs
-"""Deprecated name of `train_runs` (docs/training.md named it before issue 41); use `train_runs`, which does not
-share its name with `trace_rl.rollout.scheduler.run_plan` (one step's root plan)."""
 
 
 def check_provenance(plan: Sequence[Run], base: TrainConfig) -> dict[str, Any]:

@@ -44,7 +44,7 @@ def check_ranges(cfg: Any) -> None:
 def validate(cfg: TrainConfig) -> None:
     """Check value ranges (`RANGES`) and combinations; raise ConfigError naming the first bad key."""
     from trace_rl.allocation import METHODS
-    from trace_rl.predictor.convex import CONVEX_NAMES
+    from trace_rl.predictor.names import CONVEX_NAMES
 
     def need(ok: bool, key: str, why: str) -> None:
         if not ok:

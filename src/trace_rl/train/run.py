@@ -71,7 +71,7 @@ class Trainer:
         from trace_rl.envs import make_env
         from trace_rl.policy import load_policy
         from trace_rl.predictor import build_predictor
-        from trace_rl.predictor.convex import CONVEX_NAMES
+        from trace_rl.predictor.names import CONVEX_NAMES
         from trace_rl.predictor.online import OnlineConfig, OnlineTrainer
         from trace_rl.rollout.agent import ChatCodec
         from trace_rl.rollout.backends import SamplingParams

@@ -39,8 +39,8 @@ from trace_rl.predictor.consensus import examples_consensus
 from trace_rl.predictor.examples import node_examples
 from trace_rl.predictor.policy_state import node_contexts
 from trace_rl.predictor.serialize import serialize_anchor
-from trace_rl.rollout.expansion import ReplayAllocator
-from trace_rl.rollout.scheduler import PromptResult, roots_mixed, run_plan
+from trace_rl.rollout.expansion import PromptResult, ReplayAllocator, roots_mixed
+from trace_rl.rollout.scheduler import run_plan
 from trace_rl.train.prefixes import anchor_values, effective_method, prefix_budget, replay_allocator
 from trace_rl.tree import RolloutTree
 from trace_rl.types import RootPlan, Task

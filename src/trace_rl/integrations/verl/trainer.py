@@ -183,11 +183,6 @@ def root_anchor_text(row: dict[str, Any], *, max_chars: int) -> str:
     return predictor_text(row_prompt(row), max_chars=max_chars)
 
 
-prompt_text = root_anchor_text
-"""Deprecated name of `root_anchor_text` (docs/integrations.md named it before issue 41); the TRL adapter's
-`trace_rl.integrations.trl.parts.prompt_text` is a prompt's raw user text, not the predictor's text."""
-
-
 def _field_rows(column: Any) -> list[Any]:
     """One item per row of a TransferQueue field: a (nested) tensor's rows, or the items of a list."""
     if isinstance(column, torch.Tensor):

@@ -50,7 +50,7 @@ class FeatureBlock:
 
     Args:
         owner: the predictor's name (error messages name it).
-        config: the predictor's :class:`~trace_rl.predictor.convex.ConvexConfig`.
+        config: the predictor's :class:`~trace_rl.predictor.convex_config.ConvexConfig`.
         **inputs: what the predictor was built with (``encoder``, ``state``); a block takes what it needs.
     """
 
