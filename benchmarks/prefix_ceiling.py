@@ -1,7 +1,7 @@
 """How much effective ratio any prefix allocation can add on a task: replays from every anchor, then allocations.
 
 For P training prompts of a preset, M root rollouts each, then K replays from *every* anchor (turn prefix) of
-every root rollout, with the trainer's own engine, environment and episode loop (`trace_rl.rollout.run_plan`).
+every root rollout, with the trainer's own engine, environment and episode loop (`trace_rl.rollout.scheduler.run_plan`).
 From these outcomes it prints
 
 1. the replay flip rate by anchor depth next to the fresh-rollout flip rate of the same prompts (the

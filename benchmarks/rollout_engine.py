@@ -5,7 +5,7 @@ Both systems run the same episodes (policy, environment, tasks, sampling setting
   phase 2: `--k` replays from the save point at depth max_turns // 2 of every root that has one.
 (a) baseline: the straightforward loop: per turn, re-render and re-tokenise every active episode's whole
     history with the chat template and call Hugging Face `generate()` on the left-padded batch, in lockstep.
-(b) engine: `trace_rl.rollout.LocalEngine` + the agent loop, all episodes concurrent (asyncio).
+(b) engine: `trace_rl.rollout.engine.LocalEngine` + the agent loop, all episodes concurrent (asyncio).
 Throughput counts sampled tokens per second of wall time (phases 1 + 2).
 replay_cost_ratio (engine only): wall time of k replays from each half-trajectory save point / wall time of
 k full rollouts of the same tasks, both issued right after the roots ran (their rows still cached, as the
