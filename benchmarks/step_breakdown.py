@@ -1,0 +1,129 @@
+"""A trainer step's wall-clock and its parts, this code against a reference commit, on one warm start (issue 38 item 4).
+
+Runs ``trace-rl train`` for ``--steps`` RL steps of ``--preset`` with each code from the same warm-started policy
+folder (``--policy``, passed as ``policy.name`` with ``policy.sft_steps=0``), no evaluation (``eval_every=0``), the
+same seed and ``--threads`` torch threads: the current working tree, and ``--reference`` (a git revision, checked
+out into a temporary worktree and run with its own ``src`` first on PYTHONPATH; default: 1d161c0, the branch point
+before issue 38's tree-packed update and fast decode loop). The two codes alternate ``--repeats`` times (one
+process each, back to back; the reference goes first on even repeats), so both meet the same machine load.
+
+From each run's ``metrics.jsonl`` it takes the step records after the first (step 1 also pays for imports, warm-up
+and the predictor's first fit) and prints one JSON line: per code the medians over steps and repeats of
+``wall_s`` and its parts (``time_generation_s``, ``time_tools_s``, ``time_predictor_s``, ``time_allocation_s``,
+``time_update_s``), the mean ``effective_ratio``, and ``ratios`` current / reference of every median;
+``reference_rev`` names the reference commit. The effective ratio moves with sampling only (both codes draw the
+same tokens up to rounding; the fast decode loop's log-probabilities agree within 1e-4 of the reference engine's).
+
+    python benchmarks/step_breakdown.py --preset multistep --policy results/c23/warm_start/sft/policy --steps 4
+    python benchmarks/step_breakdown.py --preset demo --policy runs/c39/warm_start/sft/policy --steps 10
+
+Seconds are wall-clock: run on a quiet machine (the JSON records the load average before and after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+PARTS = (
+    "wall_s",
+    "time_generation_s",
+    "time_tools_s",
+    "time_predictor_s",
+    "time_allocation_s",
+    "time_update_s",
+)
+REPO = Path(__file__).resolve().parents[1]
+
+
+def train_once(src: Path, out: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """One ``train`` run of the code under ``src``; its step records (steps >= 2, training records only)."""
+    sets = [
+        f"steps={args.steps}",
+        "eval_every=0",
+        f"threads={args.threads}",
+        f"seed={args.seed}",
+        f"policy.name={Path(args.policy).resolve()}",
+        "policy.sft_steps=0",
+        *args.set,
+    ]
+    cmd = [sys.executable, "-m", "trace_rl.cli.main", "train", "--preset", args.preset, "--out", str(out)]
+    for s in sets:
+        cmd += ["--set", s]
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"train failed ({src}):\n{done.stderr[-3000:]}")
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [r for r in records if "wall_s" in r and r.get("step", 0) >= 2]
+
+
+def summary(records: list[dict[str, Any]]) -> dict[str, float]:
+    out = {k: statistics.median(float(r.get(k, 0.0)) for r in records) for k in PARTS}
+    out["effective_ratio"] = statistics.fmean(float(r["effective_ratio"]) for r in records)
+    out["steps_measured"] = len(records)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="multistep")
+    ap.add_argument(
+        "--policy", required=True, help="warm-started policy folder (a run's or comparison's sft/policy)"
+    )
+    ap.add_argument("--steps", type=int, default=4, help="RL steps per run (step 1 is not measured)")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--reference", default="1d161c0", help="git revision of the code to compare against")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--set", action="append", default=[], help="extra config overrides, for both codes")
+    args = ap.parse_args()
+    if args.steps < 2:
+        ap.error("--steps must be >= 2 (step 1 is not measured)")
+    if not (Path(args.policy) / "config.json").is_file():
+        ap.error(f"--policy {args.policy} is not a policy folder (no config.json)")
+    load_before = os.getloadavg()
+    tmp = Path(tempfile.mkdtemp(prefix="step-breakdown-"))
+    worktree = tmp / "reference"
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(worktree), args.reference],
+        check=True,
+        capture_output=True,
+    )
+    codes = {"current": REPO / "src", "reference": worktree / "src"}
+    records: dict[str, list[dict[str, Any]]] = {name: [] for name in codes}
+    try:
+        for r in range(args.repeats):
+            order = ["reference", "current"] if r % 2 == 0 else ["current", "reference"]
+            for name in order:
+                records[name] += train_once(codes[name], tmp / f"{name}_{r}", args)
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(worktree)], check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+    result: dict[str, Any] = {name: summary(recs) for name, recs in records.items()}
+    result["ratios"] = {
+        k: (result["current"][k] / result["reference"][k] if result["reference"][k] > 0 else None)
+        for k in PARTS
+    }
+    result.update(
+        preset=args.preset,
+        reference_rev=args.reference,
+        steps=args.steps,
+        repeats=args.repeats,
+        threads=args.threads,
+        loadavg_before=load_before[0],
+        loadavg_after=os.getloadavg()[0],
+    )
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
