@@ -29,6 +29,7 @@ The effective-ratio headroom of an allocation over TreePO's random branching is
 
     python benchmarks/prefix_ceiling.py --policy runs/multistep/sft/policy [--preset multistep]
         [--prompts 64 --roots 8 --replays 4 --continuations 2 --out anchors.json]
+        [--set env.task_kwargs.config.max_terms=4 ...]   # the preset's settings changed as in `train --set`
 
 Needs a warm-started policy folder (a run's ``sft/policy``): an untrained policy has nothing to flip.
 
@@ -70,6 +71,7 @@ def collect(args: argparse.Namespace) -> list[dict[str, Any]]:
         "policy.sft_steps=0",
         "eval_every=0",
         f"threads={args.threads}",
+        *args.set,
     ]
     cfg = load_config(preset=args.preset, overrides=overrides)
     max_chars = args.max_chars
@@ -274,6 +276,12 @@ def main() -> None:
     ap.add_argument("--continuations", type=int, default=2, help="N: a tree's local budget is N * M replays")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        help="config override of the preset (section.key=value, repeatable): a candidate task's settings",
+    )
     ap.add_argument(
         "--max-chars",
         type=int,
