@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -119,15 +121,24 @@ def test_train_sft_lowers_loss(tiny_policy):
         tasks, [toy_env.gold_trajectory(t) for t in tasks], toy_env.make_env, tiny_policy.tokenizer
     )
     seen = []
+
+    def evaluate(step):
+        seen.append(step)
+        time.sleep(0.05)  # a probe's wall time, which the result reports apart from the steps'
+        return {}
+
     res = train_sft(
         model,
         exs,
         SFTConfig(steps=30, batch_size=4, lr=3e-3, warmup_steps=5, eval_every=15),
         pad_id=int(tiny_policy.tokenizer.pad_token_id),
-        evaluate=lambda s: seen.append(s) or {},
+        evaluate=evaluate,
     )
     assert seen == [15, 30]
     assert res.history[0]["step"] == 15.0
+    assert all(h["eval_s"] >= 0.05 for h in res.history)
+    assert res.eval_seconds == pytest.approx(sum(h["eval_s"] for h in res.history))
+    assert 0.1 <= res.eval_seconds < res.seconds
     # random init starts near ln(512) = 6.24; 30 steps on 8 repeated examples must get well below it
     assert res.final_loss < 5.0
 

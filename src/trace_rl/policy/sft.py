@@ -72,9 +72,11 @@ class SFTConfig:
 
 @dataclass
 class SFTResult:
-    """Outcome of `train_sft`: steps run, final smoothed loss (nats/token), seconds, the evaluation history,
-    the smoothed loss curve as [step, loss] pairs every 10 steps (plotted by `trace-rl report`), and whether a
-    ``stop`` rule ended it before the step cap."""
+    """Outcome of `train_sft`: steps run, final smoothed loss (nats/token), seconds (wall, all of it), the
+    evaluation history (each entry with its ``eval_s``), the smoothed loss curve as [step, loss] pairs every 10
+    steps (plotted by `trace-rl report`), whether a ``stop`` rule ended it before the step cap, and
+    ``eval_seconds``: the wall seconds of ``seconds`` spent in the evaluation callback (the probes), so that
+    ``seconds - eval_seconds`` is the optimizer steps' share."""
 
     steps: int
     final_loss: float
@@ -82,6 +84,7 @@ class SFTResult:
     history: list[dict[str, float]] = field(default_factory=list)
     loss_curve: list[list[float]] = field(default_factory=list)
     stopped: bool = False
+    eval_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -256,6 +259,7 @@ def train_sft(
     history: list[dict[str, float]] = []
     curve: list[list[float]] = []
     t0 = time.perf_counter()
+    eval_seconds = 0.0
     loss_ema = float("nan")
     packed = cfg.packing == "tree"
     if packed and (reason := packing_support_issue(model)):
@@ -282,17 +286,24 @@ def train_sft(
         due = (step + 1) % cfg.eval_every == 0 and step + 1 >= cfg.min_steps
         if evaluate is not None and (due or last):
             model.eval()
+            t_eval = time.perf_counter()
             metrics = {"step": float(step + 1), "loss": loss_ema, **evaluate(step + 1)}
+            metrics["eval_s"] = time.perf_counter() - t_eval
+            eval_seconds += metrics["eval_s"]
             model.train()
             history.append(metrics)
             if log is not None:
                 log(" ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
             if stop is not None and step + 1 >= cfg.min_steps and stop(metrics):
                 model.eval()
-                return SFTResult(step + 1, loss_ema, time.perf_counter() - t0, history, curve, stopped=True)
+                seconds = time.perf_counter() - t0
+                return SFTResult(
+                    step + 1, loss_ema, seconds, history, curve, stopped=True, eval_seconds=eval_seconds
+                )
         elif log is not None and (step + 1) % 50 == 0:
             log(
                 f"step={step + 1} loss={loss_ema:.4g} lr={lr_at(step, cfg):.3g} t={time.perf_counter() - t0:.0f}s"
             )
     model.eval()
-    return SFTResult(cfg.steps, loss_ema, time.perf_counter() - t0, history, curve)
+    seconds = time.perf_counter() - t0
+    return SFTResult(cfg.steps, loss_ema, seconds, history, curve, eval_seconds=eval_seconds)

@@ -161,7 +161,8 @@ def warm_start_policy(
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "sft.json").write_text(json.dumps(result.to_dict(), indent=2))
     log(
-        f"warm start done in {result.seconds:.0f}s after {result.steps} steps: success "
+        f"warm start done in {result.seconds:.0f}s ({result.eval_seconds:.0f}s of it in probes) after "
+        f"{result.steps} steps: success "
         f"{final.get('mean_success', float('nan')):.3f}, mixed share {final.get('mixed_share', float('nan')):.3f}"
     )
     if pol.require_jump and stop_rule and not result.stopped:
