@@ -115,6 +115,7 @@ def test_collect_replays_every_anchor_with_the_trainers_parts() -> None:
         seed=0,
         threads=1,
         max_chars=4096,
+        set=[],
     )
     prompts = bench.collect(args)
     assert len(prompts) == 2 and all(len(p["roots"]) == 2 for p in prompts)
