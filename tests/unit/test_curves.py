@@ -263,6 +263,8 @@ def test_compare_prints_the_curve_and_cost_table() -> None:
             | {"auc_rollout_equivalents": 0.31, "rollout_equivalents_to_baseline_final": 320.0}
             | {"rollout_equivalents_to_baseline_final_reached": 2},
             "dapo": {"seeds": 2, "final_accuracy": 0.315, "rollouts_to_baseline_final_reached": 0},
+            "trace": {"seeds": 2, "rollouts_generated": 58.9, "rollouts_generated_total": 5888.0}
+            | {"probe_rollouts_generated": 512.0},
         },
         "paired": {
             "dapo-grpo": {"final_accuracy": {"mean": -0.035, "ci_low": -0.05, "ci_high": -0.02, "n": 2.0}}
@@ -276,8 +278,10 @@ def test_compare_prints_the_curve_and_cost_table() -> None:
     )
     assert "tool_calls=-/40" in lines[1]
     assert "final=0.315 auc=- reach=- (0/2 seeds)" in lines[2]
+    assert "(+" not in lines[1] + lines[2]  # no probe charged to grpo or dapo: nothing added
+    assert "rollouts=58.9/5,888 (+512 probe) " in lines[3]
     assert (
-        lines[3].split() == "dapo-grpo final -0.035 [-0.050, -0.020] (n=2) (paired 95% t-intervals)".split()
+        lines[4].split() == "dapo-grpo final -0.035 [-0.050, -0.020] (n=2) (paired 95% t-intervals)".split()
     )
 
 

@@ -102,6 +102,16 @@ def _fmt(x: object, spec: str) -> str:
     return format(x, spec) if isinstance(x, int | float) else "-"
 
 
+def _probe_note(row: dict[str, Any]) -> str:
+    """`` (+N probe)`` where the method's run was charged the warm start's probe before step 1, else ``""``.
+
+    The per-step and total rollouts of the table count the RL steps only; a method that reads the probe spent
+    its rollouts too (its RL budget is ``total_budget`` minus them: docs/training.md "The probe's charge").
+    """
+    probe = row.get("probe_rollouts_generated")
+    return f" (+{probe:,.0f} probe)" if isinstance(probe, int | float) and probe > 0 else ""
+
+
 def curve_lines(result: dict[str, Any]) -> list[str]:
     """The learning-curve and cost table of a comparison.json (trace_rl.metrics.curves), as printed lines."""
     info = result.get("curves") or {}
@@ -112,7 +122,7 @@ def curve_lines(result: dict[str, Any]) -> list[str]:
         f"pass@1 over generated rollouts {_fmt(span.get('low'), ',.0f')}..{_fmt(span.get('high'), ',.0f')}; "
         f"reach = generated rollouts to {baseline}'s final pass@1 (same seed); auc_eq, reach_eq: the same in "
         f"rollout-equivalents (auc_eq over {_fmt(eq.get('low'), ',.0f')}..{_fmt(eq.get('high'), ',.0f')}); "
-        "cost per step / total"
+        "cost per step / total (RL steps; '+N probe': the warm start's probe rollouts charged to the method)"
     ]
     for name, row in result["methods"].items():
         seeds = row.get("seeds", "?")
@@ -123,7 +133,8 @@ def curve_lines(result: dict[str, Any]) -> list[str]:
             f"reach={_fmt(row.get('rollouts_to_baseline_final'), ',.0f')} ({reached}) "
             f"auc_eq={_fmt(row.get('auc_rollout_equivalents'), '.3f')} "
             f"reach_eq={_fmt(row.get('rollout_equivalents_to_baseline_final'), ',.0f')} ({reached_eq}) "
-            f"rollouts={_fmt(row.get('rollouts_generated'), ',.1f')}/{_fmt(row.get('rollouts_generated_total'), ',.0f')} "
+            f"rollouts={_fmt(row.get('rollouts_generated'), ',.1f')}/{_fmt(row.get('rollouts_generated_total'), ',.0f')}"
+            f"{_probe_note(row)} "
             f"rollout_eq={_fmt(row.get('budget_spent'), ',.1f')}/{_fmt(row.get('budget_spent_total'), ',.0f')} "
             f"tokens={_fmt(row.get('tokens_generated'), ',.0f')}/{_fmt(row.get('tokens_generated_total'), ',.0f')} "
             f"tool_calls={_fmt(row.get('tool_calls'), ',.1f')}/{_fmt(row.get('tool_calls_total'), ',.0f')}"
