@@ -30,6 +30,7 @@ The effective-ratio headroom of an allocation over TreePO's random branching is
     python benchmarks/prefix_ceiling.py --policy runs/multistep/sft/policy [--preset multistep]
         [--prompts 64 --roots 8 --replays 4 --continuations 2 --out anchors.json]
         [--set env.task_kwargs.config.max_terms=4 ...]   # the preset's settings changed as in `train --set`
+    python benchmarks/prefix_ceiling.py --load anchors.json[.gz] --split-roots 4   # the same outcomes, 4-root trees
 
 Needs a warm-started policy folder (a run's ``sft/policy``): an untrained policy has nothing to flip.
 
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import json
 import tempfile
 import time
@@ -139,12 +141,55 @@ def collect(args: argparse.Namespace) -> list[dict[str, Any]]:
             {
                 "task": r.task.id,
                 "roots": [float(e.reward) for e in r.roots],
+                "root_leaves": [int(x) for x in r.tree.leaves() if not r.tree.is_replay[x]],  # roots in order
                 "anchors": anchors,
                 "text": serialize_anchor(r.task.prompt, [], max_chars=max_chars),
                 "prompt_ids": [int(t) for t in r.roots[0].prompt_ids],
             }
         )
     return prompts
+
+
+def split_roots(prompts: list[dict[str, Any]], m: int) -> list[dict[str, Any]]:
+    """Each prompt's R roots as R / m trees of m roots (in sampling order), each with its own roots' anchors.
+
+    The roots of a prompt are independent rollouts, so m of them with the anchors on their rollouts are exactly what
+    sampling m roots would have given: the ceiling at fewer roots per prompt, from outcomes sampled once. An anchor
+    belongs to the root whose rollout it lies on (its ``leaf``); files written before ``root_leaves`` was recorded
+    map the distinct anchor leaves, in node order, to the roots in order, which needs every root to hold an anchor.
+
+    Raises:
+        ValueError: m does not divide a prompt's root count, or an anchor's leaf or reward matches no root.
+    """
+    out = []
+    for p in prompts:
+        roots = p["roots"]
+        if m < 1 or len(roots) % m:
+            raise ValueError(f"--split-roots {m} does not divide prompt {p['task']}'s {len(roots)} roots")
+        leaves = p.get("root_leaves") or sorted({a["leaf"] for a in p["anchors"]})
+        if len(leaves) != len(roots):
+            raise ValueError(
+                f"prompt {p['task']}: {len(leaves)} rollouts with anchors for {len(roots)} roots and no root_leaves "
+                "recorded: cannot tell which root an anchor belongs to"
+            )
+        root_of = {leaf: i for i, leaf in enumerate(leaves)}
+        for a in p["anchors"]:
+            i = root_of.get(a["leaf"])
+            if i is None or abs(roots[i] - a["reward"]) > 1e-6:
+                raise ValueError(
+                    f"prompt {p['task']}: an anchor on leaf {a['leaf']} matches no root's rollout"
+                )
+        for start in range(0, len(roots), m):
+            mine = set(range(start, start + m))
+            out.append(
+                {
+                    **p,
+                    "roots": roots[start : start + m],
+                    "root_leaves": leaves[start : start + m],
+                    "anchors": [a for a in p["anchors"] if root_of[a["leaf"]] in mine],
+                }
+            )
+    return out
 
 
 def flips(rewards: list[float], reward: float) -> int:
@@ -292,21 +337,31 @@ def main() -> None:
     ap.add_argument(
         "--load", type=Path, help="summarise outcomes written earlier by --out instead of sampling"
     )
+    ap.add_argument(
+        "--split-roots",
+        type=int,
+        metavar="M",
+        help="summarise as trees of M roots: each prompt's roots split in order into groups of M (`split_roots`)",
+    )
     args = ap.parse_args()
     if not args.load and not args.policy:
         ap.error("--policy PATH is needed to sample (or --load FILE to summarise earlier outcomes)")
     if args.replays < 2:
         ap.error("--replays must be at least 2 (the split-half allocations choose on half and score on half)")
     t0 = time.perf_counter()
-    prompts = json.loads(args.load.read_text())["prompts_data"] if args.load else collect(args)
+    if args.load:  # a file kept in results/ is gzipped
+        raw = gzip.decompress(args.load.read_bytes()) if args.load.suffix == ".gz" else args.load.read_bytes()
+        prompts = json.loads(raw)["prompts_data"]
+    else:
+        prompts = collect(args)
     seconds = time.perf_counter() - t0
     record = {"args": {k: str(v) for k, v in vars(args).items()}, "seconds": seconds, "prompts_data": prompts}
     if args.out:  # the outcomes first: they took minutes to sample
         args.out.write_text(json.dumps(record))
-    summary = report(prompts, args.continuations)
-    print(
-        f"{summary['prompts']} prompts x {args.roots} roots, {args.replays} replays per anchor ({seconds:.0f} s)"
-    )
+    trees = split_roots(prompts, args.split_roots) if args.split_roots else prompts
+    summary = report(trees, args.continuations)
+    roots = len(trees[0]["roots"]) if trees else 0
+    print(f"{summary['prompts']} trees x {roots} roots, {args.replays} replays per anchor ({seconds:.0f} s)")
     print("depth  replays  replay flip  fresh flip  | unanimous trees: replays  replay flip")
     agree = summary["flip_rates_by_depth_unanimous"]
     for d, row in summary["flip_rates_by_depth"].items():
@@ -318,7 +373,7 @@ def main() -> None:
     m = summary["p_mixed_unanimous"]
     print(
         f"unanimous trees: {summary['unanimous_share']:.3f} of prompts ({summary['unanimous_all_failed']} all "
-        f"failed); P(mixed) after N*M = {args.continuations * args.roots} replays: "
+        f"failed); P(mixed) after N*M = {args.continuations * roots} replays: "
         + ", ".join(f"{n} {m[n]:.3f}" for n in NAMES)
     )
     print(

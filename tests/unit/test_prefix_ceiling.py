@@ -127,5 +127,37 @@ def test_collect_replays_every_anchor_with_the_trainers_parts() -> None:
             assert a["text"].startswith(p["text"][:-1]) and f"[TURN {a['depth']}]" in a["text"]
             assert a["prefix_ids"][: len(p["prompt_ids"])] == p["prompt_ids"]
             assert len(a["prefix_ids"]) > len(p["prompt_ids"])
+    for p in prompts:  # every anchor lies on one of the recorded root rollouts, with that root's reward
+        assert len(p["root_leaves"]) == 2
+        reward_of = dict(zip(p["root_leaves"], p["roots"], strict=True))
+        assert all(reward_of[a["leaf"]] == a["reward"] for a in p["anchors"])
     out = bench.report(prompts, continuations=2)
     assert out["prompts"] == 2 and 0.0 <= out["unanimous_share"] <= 1.0
+    assert len(bench.split_roots(prompts, 1)) == 4
+
+
+def test_split_roots_keeps_each_roots_own_anchors() -> None:
+    # four roots (leaves 3, 6, 9, 12; rewards 0, 0, 1, 0) and one anchor per rollout
+    p = {
+        "task": "c",
+        "roots": [0.0, 0.0, 1.0, 0.0],
+        "anchors": [
+            {**anchor(1, r, [1.0 - r, r]), "leaf": leaf}
+            for leaf, r in ((3, 0.0), (6, 0.0), (9, 1.0), (12, 0.0))
+        ],
+    }
+    for prompt in (p, {**p, "root_leaves": [3, 6, 9, 12]}):  # inferred from the anchors, then recorded
+        first, second = bench.split_roots([prompt], 2)
+        assert first["roots"] == [0.0, 0.0] and [a["leaf"] for a in first["anchors"]] == [3, 6]
+        assert second["roots"] == [1.0, 0.0] and [a["leaf"] for a in second["anchors"]] == [9, 12]
+        assert bench.unanimous(first) and not bench.unanimous(second)
+        # the 2-root tree's budget is N * 2 replays: report() reads len(roots)
+        assert bench.report([first], 2)["unanimous_share"] == 1.0
+    with pytest.raises(ValueError, match="does not divide"):
+        bench.split_roots([p], 3)
+    with pytest.raises(ValueError, match="cannot tell"):  # a root without anchors and no recorded leaves
+        bench.split_roots([{**p, "anchors": p["anchors"][1:]}], 2)
+    with pytest.raises(ValueError, match="matches no root"):  # an anchor whose reward is not its root's
+        bench.split_roots(
+            [{**p, "root_leaves": [3, 6, 9, 12], "anchors": [{**p["anchors"][2], "leaf": 3}]}], 2
+        )
