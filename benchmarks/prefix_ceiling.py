@@ -294,13 +294,52 @@ def depth_table(prompts: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
     }
 
 
-def report(prompts: list[dict[str, Any]], continuations: int) -> dict[str, Any]:
-    """Flip rates by depth and P(mixed) of the unanimous trees under each allocation (see the module doc)."""
+def headroom_interval(
+    prompts: list[dict[str, Any]], rows: list[dict[str, float] | None], samples: int, seed: int = 0
+) -> dict[str, list[float]]:
+    """95% percentile intervals of each allocation's headroom, resampling prompts (``task``) with replacement.
+
+    The headroom is a mean over trees, sum over unanimous trees of (P(mixed) - random's) / trees, so each tree
+    contributes its own difference (0 when not unanimous); the trees of one prompt (`split_roots`) are resampled
+    together, since they share the prompt's difficulty.
+
+    Args:
+        prompts: the trees; rows: `allocations` of each tree, None for a tree that is not unanimous.
+        samples: bootstrap resamples (e.g. 2000); seed: their generator's seed.
+    """
+    tasks = sorted({str(p["task"]) for p in prompts})
+    index = {t: i for i, t in enumerate(tasks)}
+    cluster = np.array([index[str(p["task"])] for p in prompts])
+    trees = np.bincount(cluster, minlength=len(tasks)).astype(float)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(tasks), size=(samples, len(tasks)))
+    counts = np.stack([np.bincount(d, minlength=len(tasks)) for d in draws]).astype(float)  # (samples, tasks)
+    out = {}
+    for n in NAMES[1:]:
+        diff = np.array([0.0 if r is None else r[n] - r["random"] for r in rows])
+        per_task = np.bincount(cluster, weights=diff, minlength=len(tasks))
+        boot = (counts @ per_task) / (counts @ trees)
+        out[n] = [float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975))]
+    return out
+
+
+def report(prompts: list[dict[str, Any]], continuations: int, bootstrap: int = 0) -> dict[str, Any]:
+    """Flip rates by depth and P(mixed) of the unanimous trees under each allocation (see the module doc);
+    with ``bootstrap`` > 0 also `headroom_interval` over that many resamples of the prompts."""
+    all_rows = [
+        allocations(p["anchors"], continuations * len(p["roots"])) if unanimous(p) else None for p in prompts
+    ]
     agree = [p for p in prompts if unanimous(p)]
-    rows = [allocations(p["anchors"], continuations * len(p["roots"])) for p in agree]
+    rows = [r for r in all_rows if r is not None]
     mixed = {n: float(np.mean([r[n] for r in rows])) if rows else float("nan") for n in NAMES}
     share = len(agree) / max(len(prompts), 1)
+    extra = (
+        {"headroom_interval": headroom_interval(prompts, all_rows, bootstrap)}
+        if bootstrap and prompts
+        else {}
+    )
     return {
+        **extra,
         "prompts": len(prompts),
         "flip_rates_by_depth": depth_table(prompts),
         "flip_rates_by_depth_unanimous": depth_table(agree),
@@ -338,6 +377,12 @@ def main() -> None:
         "--load", type=Path, help="summarise outcomes written earlier by --out instead of sampling"
     )
     ap.add_argument(
+        "--bootstrap",
+        type=int,
+        default=2000,
+        help="resamples of the prompts for the headroom's 95%% interval (0: none)",
+    )
+    ap.add_argument(
         "--split-roots",
         type=int,
         metavar="M",
@@ -359,7 +404,7 @@ def main() -> None:
     if args.out:  # the outcomes first: they took minutes to sample
         args.out.write_text(json.dumps(record))
     trees = split_roots(prompts, args.split_roots) if args.split_roots else prompts
-    summary = report(trees, args.continuations)
+    summary = report(trees, args.continuations, args.bootstrap)
     roots = len(trees[0]["roots"]) if trees else 0
     print(f"{summary['prompts']} trees x {roots} roots, {args.replays} replays per anchor ({seconds:.0f} s)")
     print("depth  replays  replay flip  fresh flip  | unanimous trees: replays  replay flip")
@@ -376,9 +421,13 @@ def main() -> None:
         f"failed); P(mixed) after N*M = {args.continuations * roots} replays: "
         + ", ".join(f"{n} {m[n]:.3f}" for n in NAMES)
     )
+    band = summary.get("headroom_interval", {})
     print(
         "effective-ratio headroom over random branching: "
-        + ", ".join(f"{n} {v:+.3f}" for n, v in summary["headroom"].items())
+        + ", ".join(
+            f"{n} {v:+.3f}" + (f" [{band[n][0]:+.3f}, {band[n][1]:+.3f}]" if n in band else "")
+            for n, v in summary["headroom"].items()
+        )
     )
     if args.out:
         args.out.write_text(json.dumps({**summary, **record}))

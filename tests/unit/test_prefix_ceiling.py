@@ -161,3 +161,24 @@ def test_split_roots_keeps_each_roots_own_anchors() -> None:
         bench.split_roots(
             [{**p, "root_leaves": [3, 6, 9, 12], "anchors": [{**p["anchors"][2], "leaf": 3}]}], 2
         )
+
+
+def test_headroom_interval_resamples_prompts_and_brackets_the_headroom() -> None:
+    # two prompts, each split into two trees: prompt a's trees are unanimous (both roots failed), prompt b's mixed
+    a = {**ALL_FAILED, "roots": [0.0, 0.0, 0.0, 0.0], "root_leaves": [1, 2, 3, 4]}
+    a["anchors"] = [{**x, "leaf": leaf} for x, leaf in zip(ALL_FAILED["anchors"], (1, 2, 3), strict=True)]
+    a["anchors"].append({**anchor(1, 0.0, [1.0, 1.0]), "leaf": 4})
+    b = {**MIXED, "roots": [1.0, 0.0, 1.0, 0.0], "root_leaves": [1, 2, 3, 4]}
+    b["anchors"] = [{**x, "leaf": leaf} for x, leaf in zip(MIXED["anchors"], (1, 2), strict=True)]
+    trees = bench.split_roots([a, b], 2)
+    out = bench.report(trees, continuations=1, bootstrap=500)
+    assert out["unanimous_share"] == pytest.approx(0.5)  # a's two trees of four
+    for name, (lo, hi) in out["headroom_interval"].items():
+        # a resample holds a's trees (headroom 2x a's mean difference) or b's (0) or both (the estimate)
+        assert lo <= out["headroom"][name] <= hi
+        assert lo == pytest.approx(min(0.0, 2 * out["headroom"][name]), abs=1e-12)
+        assert hi == pytest.approx(max(0.0, 2 * out["headroom"][name]), abs=1e-12)
+    # one prompt only: every resample is the data itself
+    one = bench.report(trees[:2], continuations=1, bootstrap=50)
+    for name, (lo, hi) in one["headroom_interval"].items():
+        assert lo == pytest.approx(one["headroom"][name]) and hi == pytest.approx(one["headroom"][name])
