@@ -1,0 +1,46 @@
+"""The README's demo accuracy numbers are what `scripts/paired_runs.py` prints from the kept logs in results/c39
+(issue 39: every reported number recomputes from what is kept)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+_spec = importlib.util.spec_from_file_location("paired_runs_script", ROOT / "scripts" / "paired_runs.py")
+assert _spec is not None and _spec.loader is not None
+paired_runs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(paired_runs)
+
+SEEDS = "0,1,2,3,4,5"
+
+
+def _printed(capsys: pytest.CaptureFixture[str], baseline: str, methods: str) -> dict[str, str]:
+    """'METHOD - BASELINE final' -> '+0.020 [+0.007, +0.033]' (mean and paired t-interval) as printed."""
+    assert (
+        paired_runs.main(["results/c39", "--baseline", baseline, "--methods", methods, "--seeds", SEEDS]) == 0
+    )
+    out = capsys.readouterr().out
+    rows = re.findall(r"^(\w+ - \w+ \w+): ([+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\])", out, flags=re.M)
+    return dict(rows)
+
+
+def test_readme_demo_numbers_are_what_paired_runs_prints(
+    capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    readme = " ".join((ROOT / "README.md").read_text().split())  # line breaks as spaces
+    vs_grpo = _printed(capsys, "grpo", "trace,pcl,dapo")
+    vs_pcl = _printed(capsys, "pcl", "trace")
+    vs_dapo = _printed(capsys, "dapo", "trace")
+    mean, interval = vs_grpo["trace - grpo final"].split(" ", 1)
+    assert f"{mean}, 95% interval {interval}" in readme
+    for row in (
+        vs_pcl["trace - pcl final"],
+        vs_dapo["trace - dapo final"],
+        vs_grpo["trace - grpo auc_rollouts"],
+    ):
+        assert row in readme, row
