@@ -14,7 +14,9 @@ _SMALLER = {"smollm2-math": ["env.train_limit=140"]}
 
 def test_every_preset_is_covered() -> None:
     assert set(_SMALLER) <= set(preset_names())
-    assert {"demo", "multistep", "agentic", "smoke", "bfcl", "multihop_qa", "smollm2-math"} <= set(preset_names())
+    assert {"demo", "multistep", "agentic", "smoke", "bfcl", "multihop_qa", "smollm2-math"} <= set(
+        preset_names()
+    )
 
 
 @pytest.mark.parametrize("preset", preset_names())
