@@ -165,7 +165,7 @@ def split_roots(prompts: list[dict[str, Any]], m: int) -> list[dict[str, Any]]:
     for p in prompts:
         roots = p["roots"]
         if m < 1 or len(roots) % m:
-            raise ValueError(f"--split-roots {m} does not divide prompt {p['task']}'s {len(roots)} roots")
+            raise ValueError(f"--split-roots {m} is not a divisor of prompt {p['task']}'s {len(roots)} roots")
         leaves = p.get("root_leaves") or sorted({a["leaf"] for a in p["anchors"]})
         if len(leaves) != len(roots):
             raise ValueError(
@@ -393,6 +393,12 @@ def main() -> None:
         ap.error("--policy PATH is needed to sample (or --load FILE to summarise earlier outcomes)")
     if args.replays < 2:
         ap.error("--replays must be at least 2 (the split-half allocations choose on half and score on half)")
+    if args.split_roots is not None and args.split_roots < 1:
+        ap.error(f"--split-roots must be at least 1, got {args.split_roots}")
+    if args.bootstrap < 0:
+        ap.error(f"--bootstrap must be 0 (no interval) or more resamples, got {args.bootstrap}")
+    if args.load and not args.load.is_file():
+        ap.error(f"--load {args.load}: no such file")
     t0 = time.perf_counter()
     if args.load:  # a file kept in results/ is gzipped
         raw = gzip.decompress(args.load.read_bytes()) if args.load.suffix == ".gz" else args.load.read_bytes()
@@ -403,10 +409,15 @@ def main() -> None:
     record = {"args": {k: str(v) for k, v in vars(args).items()}, "seconds": seconds, "prompts_data": prompts}
     if args.out:  # the outcomes first: they took minutes to sample
         args.out.write_text(json.dumps(record))
-    trees = split_roots(prompts, args.split_roots) if args.split_roots else prompts
+    try:
+        trees = split_roots(prompts, args.split_roots) if args.split_roots is not None else prompts
+    except ValueError as exc:
+        ap.error(str(exc))
+    # replays per anchor as sampled (a loaded file's own K, not the --replays default)
+    k = min((len(a["replays"]) for p in prompts for a in p["anchors"]), default=args.replays)
     summary = report(trees, args.continuations, args.bootstrap)
     roots = len(trees[0]["roots"]) if trees else 0
-    print(f"{summary['prompts']} trees x {roots} roots, {args.replays} replays per anchor ({seconds:.0f} s)")
+    print(f"{summary['prompts']} trees x {roots} roots, {k} replays per anchor ({seconds:.0f} s)")
     print("depth  replays  replay flip  fresh flip  | unanimous trees: replays  replay flip")
     agree = summary["flip_rates_by_depth_unanimous"]
     for d, row in summary["flip_rates_by_depth"].items():
@@ -417,7 +428,7 @@ def main() -> None:
         )
     m = summary["p_mixed_unanimous"]
     print(
-        f"unanimous trees: {summary['unanimous_share']:.3f} of prompts ({summary['unanimous_all_failed']} all "
+        f"unanimous trees: {summary['unanimous_share']:.3f} of trees ({summary['unanimous_all_failed']} all "
         f"failed); P(mixed) after N*M = {args.continuations * roots} replays: "
         + ", ".join(f"{n} {m[n]:.3f}" for n in NAMES)
     )

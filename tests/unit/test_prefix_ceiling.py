@@ -153,7 +153,7 @@ def test_split_roots_keeps_each_roots_own_anchors() -> None:
         assert bench.unanimous(first) and not bench.unanimous(second)
         # the 2-root tree's budget is N * 2 replays: report() reads len(roots)
         assert bench.report([first], 2)["unanimous_share"] == 1.0
-    with pytest.raises(ValueError, match="does not divide"):
+    with pytest.raises(ValueError, match="is not a divisor"):
         bench.split_roots([p], 3)
     with pytest.raises(ValueError, match="cannot tell"):  # a root without anchors and no recorded leaves
         bench.split_roots([{**p, "anchors": p["anchors"][1:]}], 2)
