@@ -329,7 +329,7 @@ def report(prompts: list[dict[str, Any]], continuations: int, bootstrap: int = 0
     all_rows = [
         allocations(p["anchors"], continuations * len(p["roots"])) if unanimous(p) else None for p in prompts
     ]
-    agree = [p for p in prompts if unanimous(p)]
+    agree = [p for p, r in zip(prompts, all_rows, strict=True) if r is not None]
     rows = [r for r in all_rows if r is not None]
     mixed = {n: float(np.mean([r[n] for r in rows])) if rows else float("nan") for n in NAMES}
     share = len(agree) / max(len(prompts), 1)
