@@ -245,3 +245,27 @@ def test_bad_arguments_raise() -> None:
         run_python("print(1)", timeout_s=0)
     with pytest.raises(ValueError, match="backend"):
         run_python("print(1)", backend="docker")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="spares must be >= 0"):
+        run_python("print(1)", spares=-1)
+
+
+def test_started_spares_serve_one_call_each(backend: str) -> None:
+    # Sandboxes started ahead of their calls (the default): every call still gets a fresh one, so nothing one
+    # call leaves in /tmp, its pid namespace or its process table reaches the next; same results with none kept.
+    from trace_rl.envs import sandbox
+
+    code = (
+        "import os\n"
+        "seen = os.path.exists('/tmp/mark')\n"
+        "open('/tmp/mark', 'w').write('x')\n"
+        "print(seen, len([p for p in os.listdir('/proc') if p.isdigit()]))"
+    )
+    run_python("print(1)", backend=backend, spares=2)  # type: ignore[arg-type]
+    key = (backend, 5.0, 512, sandbox.DEFAULT_MAX_PROCS, sandbox._python_paths())
+    deadline = time.monotonic() + 10
+    while sandbox._SPARES.ready(key) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sandbox._SPARES.ready(key) == 2
+    outs = [run_python(code, backend=backend, spares=2).stdout for _ in range(4)]  # type: ignore[arg-type]
+    outs.append(run_python(code, backend=backend, spares=0).stdout)  # type: ignore[arg-type]
+    assert outs[0].startswith("False ") and outs == [outs[-1]] * 5, outs  # no mark seen, same process count

@@ -28,6 +28,7 @@ works on this machine.
 
 from __future__ import annotations
 
+import atexit
 import codecs
 import contextlib
 import fcntl
@@ -46,6 +47,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
+from trace_rl.envs.sandbox_spares import SparePool
 from trace_rl.errors import UserError
 
 Backend = Literal["auto", "bwrap", "unshare", "none"]
@@ -280,24 +282,36 @@ def _open_lock_dir() -> int:
     return fd
 
 
-@contextlib.contextmanager
-def _call_uid() -> Iterator[int]:
-    """The uid one sandboxed call runs as, held for the duration of the call.
+@dataclass
+class _UidLease:
+    """A uid held by one sandboxed call (see `_call_uid`): ``fd`` is the locked file in ``dir_fd``'s folder
+    (both -1 for a non-root caller, who holds nothing)."""
 
-    A root caller gets a uid from ``CALL_UIDS`` that no other call on this machine holds (an exclusive
-    ``flock`` on a file named after it, in any process): RLIMIT_NPROC counts processes per uid, so this gives
-    every call its own process budget. A non-root caller gets ``NOBODY`` inside its own user namespace.
+    uid: int
+    fd: int = -1
+    dir_fd: int = -1
+    name: str = ""
 
-    The locks live in `lock_dir`, checked by `_open_lock_dir` (a real folder of this uid with mode 0700); each
-    lock file is opened with ``O_NOFOLLOW`` relative to that folder.
+    def release(self) -> None:
+        """Unlink the lock file while still locked (a later opener creates a fresh file), then unlock."""
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.unlink(self.name, dir_fd=self.dir_fd)
+        self.forget()
 
-    Raises:
-        RuntimeError: no free uid after many tries (more concurrent calls than the range allows).
-        SandboxLockError: the lock folder is a symlink, not a folder, another user's, or open to others.
-    """
+    def forget(self) -> None:
+        """Close this process's descriptors without unlinking (a forked child's inherited copies)."""
+        for fd in (self.fd, self.dir_fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.fd = self.dir_fd = -1
+
+
+def _lease_uid() -> _UidLease:
+    """Take a uid for one call; the caller must `_UidLease.release` it. See `_call_uid`."""
     if os.geteuid() != 0:
-        yield NOBODY
-        return
+        return _UidLease(NOBODY)
     dir_fd = _open_lock_dir()
     try:
         for _ in range(1000):
@@ -318,16 +332,35 @@ def _call_uid() -> Iterator[int]:
             if not mine:
                 os.close(fd)
                 continue
-            try:
-                yield uid
-            finally:
-                with contextlib.suppress(OSError):
-                    os.unlink(name, dir_fd=dir_fd)  # while still locked: a later opener creates a fresh file
-                os.close(fd)
-            return
+            lease, dir_fd = _UidLease(uid, fd, dir_fd, name), -1
+            return lease
     finally:
-        os.close(dir_fd)
+        if dir_fd >= 0:
+            os.close(dir_fd)
     raise RuntimeError("no free sandbox uid: too many concurrent sandboxed calls")
+
+
+@contextlib.contextmanager
+def _call_uid() -> Iterator[int]:
+    """The uid one sandboxed call runs as, held for the duration of the call.
+
+    A root caller gets a uid from ``CALL_UIDS`` that no other call on this machine holds (an exclusive
+    ``flock`` on a file named after it, in any process): RLIMIT_NPROC counts processes per uid, so this gives
+    every call its own process budget. A non-root caller gets ``NOBODY`` inside its own user namespace.
+
+    The locks live in `lock_dir`, checked by `_open_lock_dir` (a real folder of this uid with mode 0700); each
+    lock file is opened with ``O_NOFOLLOW`` relative to that folder. A started spare sandbox (`_start`) holds
+    its uid from its start to the end of the call that uses it.
+
+    Raises:
+        RuntimeError: no free uid after many tries (more concurrent calls than the range allows).
+        SandboxLockError: the lock folder is a symlink, not a folder, another user's, or open to others.
+    """
+    lease = _lease_uid()
+    try:
+        yield lease.uid
+    finally:
+        lease.release()
 
 
 def _no_core_dumps(cmd: list[str]) -> list[str]:
@@ -337,9 +370,9 @@ def _no_core_dumps(cmd: list[str]) -> list[str]:
     return [prlimit, "--core=0", "--", *cmd] if prlimit else cmd
 
 
-def _run(cmd: list[str], code: str, timeout_s: float, max_output_bytes: int, backend: str) -> ExecResult:
-    """Start ``cmd`` with ``code`` on stdin; collect capped output; kill the process group on limits."""
-    proc = subprocess.Popen(
+def _launch(cmd: list[str]) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` in a session of its own with pipes and an empty environment; it waits for its code on stdin."""
+    return subprocess.Popen(
         _no_core_dumps(cmd),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -349,6 +382,18 @@ def _run(cmd: list[str], code: str, timeout_s: float, max_output_bytes: int, bac
         start_new_session=True,
         close_fds=True,
     )
+
+
+def _run(cmd: list[str], code: str, timeout_s: float, max_output_bytes: int, backend: str) -> ExecResult:
+    """Start ``cmd`` with ``code`` on stdin; collect capped output; kill the process group on limits."""
+    return _finish(_launch(cmd), code, timeout_s, max_output_bytes, backend)
+
+
+def _finish(
+    proc: subprocess.Popen[bytes], code: str, timeout_s: float, max_output_bytes: int, backend: str
+) -> ExecResult:
+    """Give a started sandbox ``code`` on stdin; collect capped output; kill the process group on limits.
+    The wall-clock limit counts from here, not from the sandbox's start."""
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     try:
         proc.stdin.write(code.encode("utf-8", errors="replace"))
@@ -384,12 +429,14 @@ def _run(cmd: list[str], code: str, timeout_s: float, max_output_bytes: int, bac
     # Wait for the launcher WITHOUT reaping it (WNOWAIT), kill what is left of its process group, then reap:
     # signalling a group after its leader was reaped could hit an unrelated group that reused the pid.
     grace = time.monotonic() + max(0.5, deadline - time.monotonic())
+    pause = 0.0002  # the launcher usually exits within a millisecond of closing its pipes: poll fast, then back off
     while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
         if time.monotonic() > grace:
             timed_out = True
             _kill_group(proc)
             grace = float("inf")
-        time.sleep(0.005)
+        time.sleep(pause)
+        pause = min(2 * pause, 0.005)
     _kill_group(proc)
     returncode = proc.wait()
     proc.stdout.close()
@@ -447,24 +494,109 @@ def available_backends() -> list[str]:
     return out
 
 
-def _run_with(
-    backend: str, code: str, timeout_s: float, memory_mb: int, max_procs: int, max_output_bytes: int
-) -> ExecResult:
+@dataclass
+class _Started:
+    """A sandbox started and waiting for its code on stdin, with what it holds until its call ends: its uid
+    lease and (unshare backend) its root folder. A `trace_rl.envs.sandbox_spares.Spare`."""
+
+    proc: subprocess.Popen[bytes]
+    lease: _UidLease | None = None
+    root: tempfile.TemporaryDirectory[str] | None = None
+
+    def alive(self) -> bool:
+        """Still running (checked without reaping it, so its pid cannot be reused before `discard`)."""
+        try:
+            return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+        except ChildProcessError:
+            return False
+
+    def release(self) -> None:
+        """Release the uid and root folder (after the process was reaped)."""
+        if self.lease is not None:
+            self.lease.release()
+        if self.root is not None:
+            self.root.cleanup()
+
+    def discard(self) -> None:
+        """Kill the unused sandbox's process group, reap it, and release what it holds."""
+        _kill_group(self.proc)
+        with contextlib.suppress(ChildProcessError):
+            self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if f is not None:
+                with contextlib.suppress(OSError):
+                    f.close()
+        self.release()
+
+    def forget(self) -> None:
+        """In a forked child: close the inherited descriptors only; the parent's sandbox and uid stay its own."""
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if f is not None:
+                with contextlib.suppress(OSError):
+                    os.close(f.fileno())
+        if self.lease is not None:
+            self.lease.forget()
+        self.root = None  # its cleanup belongs to the parent
+
+
+DEFAULT_SPARES = 4
+"""Started sandboxes `run_python` keeps ready per backend and limits (`trace_rl.envs.sandbox_spares`)."""
+
+_SPARES: SparePool[_Started] = SparePool()
+atexit.register(_SPARES.close)
+
+
+def _start(backend: str, timeout_s: float, memory_mb: int, max_procs: int) -> _Started:
+    """Start one sandbox for ``backend`` under the given limits; it waits for its code on stdin.
+
+    Raises:
+        UserError: an unknown backend.
+        SandboxLockError / RuntimeError: no safe lock folder, or no free uid (`_call_uid`).
+        OSError: the launcher could not be started.
+    """
+    if backend not in ("bwrap", "unshare", "none"):
+        raise UserError(f"unknown sandbox backend {backend!r}; expected auto, bwrap, unshare or none")
     python, prefix = _python_paths()
     limits = _prlimit_args(timeout_s, memory_mb, max_procs)
-    if backend == "bwrap":
-        with _call_uid() as uid:
-            cmd = _bwrap_command(python, prefix, limits, uid)
-            return _run(cmd, code, timeout_s, max_output_bytes, backend)
-    if backend == "unshare":
-        with tempfile.TemporaryDirectory(prefix="trace-rl-sandbox-") as root_dir, _call_uid() as uid:
-            os.chmod(root_dir, 0o755)
-            cmd = _unshare_command(python, prefix, limits, root_dir, uid)
-            return _run(cmd, code, timeout_s, max_output_bytes, backend)
     if backend == "none":
         # Limits and an empty environment only; no isolation (explicit opt-in by the caller).
-        return _run([*limits, python, "-I", "-S", "-"], code, timeout_s, max_output_bytes, backend)
-    raise UserError(f"unknown sandbox backend {backend!r}; expected auto, bwrap, unshare or none")
+        return _Started(_launch([*limits, python, "-I", "-S", "-"]))
+    lease = _lease_uid()
+    root: tempfile.TemporaryDirectory[str] | None = None
+    try:
+        if backend == "bwrap":
+            cmd = _bwrap_command(python, prefix, limits, lease.uid)
+        else:
+            root = tempfile.TemporaryDirectory(prefix="trace-rl-sandbox-")
+            os.chmod(root.name, 0o755)
+            cmd = _unshare_command(python, prefix, limits, root.name, lease.uid)
+        return _Started(_launch(cmd), lease, root)
+    except BaseException:
+        lease.release()
+        if root is not None:
+            root.cleanup()
+        raise
+
+
+def _run_with(
+    backend: str,
+    code: str,
+    timeout_s: float,
+    memory_mb: int,
+    max_procs: int,
+    max_output_bytes: int,
+    spares: int = 0,
+) -> ExecResult:
+    if backend not in ("bwrap", "unshare", "none"):
+        raise UserError(f"unknown sandbox backend {backend!r}; expected auto, bwrap, unshare or none")
+    key = (backend, float(timeout_s), int(memory_mb), int(max_procs), _python_paths())
+    started = _SPARES.take(key, spares, functools.partial(_start, backend, timeout_s, memory_mb, max_procs))
+    if started is None:
+        started = _start(backend, timeout_s, memory_mb, max_procs)
+    try:
+        return _finish(started.proc, code, timeout_s, max_output_bytes, backend)
+    finally:
+        started.release()
 
 
 def run_python(
@@ -475,6 +607,7 @@ def run_python(
     backend: Backend = "auto",
     max_procs: int = DEFAULT_MAX_PROCS,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT,
+    spares: int = DEFAULT_SPARES,
 ) -> ExecResult:
     """Run ``code`` with ``python -I -S`` in a sandbox and return its output.
 
@@ -489,6 +622,12 @@ def run_python(
         max_output_bytes: bytes kept per stream. Output beyond it is counted (``stdout_dropped`` /
             ``stderr_dropped``, ``truncated``) while the run goes on; past ``MAX_DRAIN_BYTES`` of dropped
             output the run is killed (``output_stopped``).
+        spares: sandboxes with this backend and these limits to keep started ahead of later calls, by a
+            background thread (`trace_rl.envs.sandbox_spares`): a call takes a started one when there is one, so
+            it does not wait for the namespaces and the interpreter to start. Each serves one call only and is
+            torn down after it (its own namespaces, uid, /tmp and limits, as a call started on demand); the
+            wall-clock limit counts from the moment the code is handed over, and the CPU limit includes the
+            interpreter's start (about 20 ms). 0: every call starts its own sandbox, as before.
 
     Returns:
         ExecResult. Errors of the code itself (exceptions, limits hit) show in returncode and stderr.
@@ -504,6 +643,8 @@ def run_python(
         raise ValueError(f"memory_mb must be >= 64 (the interpreter needs it), got {memory_mb}")
     if max_procs < 1 or max_output_bytes < 1:
         raise ValueError("max_procs and max_output_bytes must be >= 1")
+    if spares < 0:
+        raise ValueError(f"spares must be >= 0, got {spares}")
     if backend == "auto":
         backends = available_backends()
         if not backends:
@@ -512,4 +653,4 @@ def run_python(
                 "root so `unshare` can create namespaces; pass backend='none' to run unsandboxed on purpose"
             )
         backend = backends[0]  # type: ignore[assignment]
-    return _run_with(backend, code, timeout_s, memory_mb, max_procs, max_output_bytes)
+    return _run_with(backend, code, timeout_s, memory_mb, max_procs, max_output_bytes, spares)

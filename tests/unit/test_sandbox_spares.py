@@ -1,0 +1,140 @@
+"""The pool of sandboxes started ahead of their calls (`trace_rl.envs.sandbox_spares`), on fake items: it keeps at
+most the target ready per key, never hands out a dead or used item, survives failing starts, and a forked child
+neither uses nor kills its parent's items."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from trace_rl.envs.sandbox_spares import SparePool
+
+
+class Item:
+    def __init__(self, n: int) -> None:
+        self.n, self.live, self.discarded, self.forgotten = n, True, False, False
+
+    def alive(self) -> bool:
+        return self.live
+
+    def discard(self) -> None:
+        self.discarded = True
+
+    def forget(self) -> None:
+        self.forgotten = True
+
+
+class Starter:
+    def __init__(self, fail: bool = False) -> None:
+        self.made: list[Item] = []
+        self.fail = fail
+
+    def __call__(self) -> Item:
+        if self.fail:
+            raise OSError("cannot start")
+        self.made.append(Item(len(self.made)))
+        return self.made[-1]
+
+
+def wait_for(cond, timeout: float = 5.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def pool():
+    p: SparePool[Item] = SparePool()
+    yield p
+    p.close()
+
+
+def test_first_take_is_empty_then_the_target_is_kept_ready(pool: SparePool[Item]) -> None:
+    start = Starter()
+    assert pool.take("k", 3, start) is None
+    wait_for(lambda: pool.ready("k") == 3)
+    time.sleep(0.05)
+    assert len(start.made) == 3  # never more than the target
+    got = pool.take("k", 3, start)
+    assert got is start.made[0] and not got.discarded
+    wait_for(lambda: pool.ready("k") == 3)
+    assert len(start.made) == 4  # one replacement per item taken
+    handed = [pool.take("k", 3, start) for _ in range(3)]
+    assert len({id(h) for h in handed}) == 3 and got not in handed  # each item is handed out once
+
+
+def test_keys_are_separate(pool: SparePool[Item]) -> None:
+    a, b = Starter(), Starter()
+    pool.take("a", 1, a)
+    pool.take("b", 2, b)
+    wait_for(lambda: pool.ready("a") == 1 and pool.ready("b") == 2)
+    assert pool.take("a", 1, a) in a.made
+
+
+def test_a_dead_item_is_discarded_not_handed_out(pool: SparePool[Item]) -> None:
+    start = Starter()
+    pool.take("k", 2, start)
+    wait_for(lambda: pool.ready("k") == 2)
+    start.made[0].live = False
+    got = pool.take("k", 2, start)
+    assert got is start.made[1]
+    assert start.made[0].discarded
+
+
+def test_a_failing_start_is_recorded_and_retried(pool: SparePool[Item]) -> None:
+    start = Starter(fail=True)
+    assert pool.take("k", 2, start) is None
+    wait_for(lambda: "k" in pool.errors)
+    assert pool.errors["k"] == "OSError: cannot start" and pool.ready("k") == 0
+    start.fail = False
+    assert pool.take("k", 2, start) is None  # a new take retries
+    wait_for(lambda: pool.ready("k") == 2)
+    assert "k" not in pool.errors
+
+
+def test_target_zero_discards_the_ready_items(pool: SparePool[Item]) -> None:
+    start = Starter()
+    pool.take("k", 2, start)
+    wait_for(lambda: pool.ready("k") == 2)
+    got = pool.take("k", 0, start)
+    assert got is start.made[0]  # a ready one still serves this call
+    assert start.made[1].discarded and pool.ready("k") == 0
+    time.sleep(0.05)
+    assert len(start.made) == 2
+
+
+def test_close_discards_everything_and_stops(pool: SparePool[Item]) -> None:
+    start = Starter()
+    pool.take("k", 2, start)
+    wait_for(lambda: pool.ready("k") == 2)
+    pool.close()
+    assert all(i.discarded for i in start.made)
+    assert pool.take("k", 2, start) is None
+    time.sleep(0.05)
+    assert len(start.made) == 2
+
+
+def test_negative_target_is_refused(pool: SparePool[Item]) -> None:
+    with pytest.raises(ValueError, match="spares must be >= 0"):
+        pool.take("k", -1, Starter())
+
+
+def test_a_forked_child_forgets_the_parents_items(pool: SparePool[Item]) -> None:
+    start = Starter()
+    pool.take("k", 2, start)
+    wait_for(lambda: pool.ready("k") == 2)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: it must see no ready item and must not discard the parent's
+        ok = pool.ready("k") == 0 and all(i.forgotten and not i.discarded for i in start.made)
+        ok = ok and pool.take("k", 0, start) is None
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"1"
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert pool.ready("k") == 2 and not any(i.forgotten or i.discarded for i in start.made)
