@@ -39,3 +39,24 @@ def test_anything_else_is_refused_in_one_line(tmp_path: Path, capsys: pytest.Cap
         tvh.policy_folder(tmp_path)
     assert tvh.main(["--preset", "agentic", "--policy", str(tmp_path)]) == 2
     assert "neither a policy folder" in capsys.readouterr().err
+
+
+def test_trained_prompts_are_the_buffer_s_prompt_level_outcomes(tmp_path: Path) -> None:
+    import torch
+
+    pol = _policy(tmp_path / "run" / "checkpoints" / "step_5" / "policy")
+    buffer = [
+        [
+            {"text": "[PROMPT]\na\n", "target": 1.0, "depth": 0, "weight": 4.0},
+            {"text": "[PROMPT]\na\n[TURN 1]\nx\n", "target": 0.0, "depth": 1, "weight": 1.0},
+        ],
+        [
+            {"text": "[PROMPT]\na\n", "target": 0.0, "depth": 0, "weight": 4.0},
+            {"text": "[PROMPT]\nb\n", "target": 0.25, "depth": 0, "weight": 4.0},
+        ],
+    ]
+    torch.save({"online": {"buffer": buffer}}, pol.parent / "predictor.pt")
+    assert tvh.trained_prompts(tmp_path / "run") == {"[PROMPT]\na\n": 0.5, "[PROMPT]\nb\n": 0.25}
+    torch.save({"online": {"buffer": [[buffer[0][1]]]}}, pol.parent / "predictor.pt")
+    with pytest.raises(ValueError, match="no prompt-level outcome"):
+        tvh.trained_prompts(tmp_path / "run")
