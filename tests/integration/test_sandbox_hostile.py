@@ -216,14 +216,14 @@ def test_fork_bomb_leaves_concurrent_threaded_calls_intact(backend: str) -> None
 
 
 def test_each_call_holds_its_own_uid() -> None:
-    from trace_rl.envs import sandbox
+    from trace_rl.envs import sandbox_uids
 
-    with sandbox._call_uid() as a, sandbox._call_uid() as b:
+    with sandbox_uids.call_uid() as a, sandbox_uids.call_uid() as b:
         assert a != b
         if os.geteuid() == 0:
-            assert a in sandbox.CALL_UIDS and b in sandbox.CALL_UIDS
+            assert a in sandbox_uids.CALL_UIDS and b in sandbox_uids.CALL_UIDS
     if os.geteuid() == 0:  # the lock files go away with the calls
-        lock_dir = Path(sandbox.tempfile.gettempdir()) / "trace-rl-sandbox-uids"
+        lock_dir = Path(sandbox_uids.lock_dir())
         assert not (lock_dir / str(a)).exists() and not (lock_dir / str(b)).exists()
 
 

@@ -9,29 +9,29 @@ from pathlib import Path
 
 import pytest
 
-from trace_rl.envs import sandbox
+from trace_rl.envs import sandbox, sandbox_uids
 
 
 @pytest.fixture
 def locks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "trace-rl-sandbox-uids"
-    monkeypatch.setattr(sandbox, "lock_dir", lambda: str(path))
+    monkeypatch.setattr(sandbox_uids, "lock_dir", lambda: str(path))
     return path
 
 
 def test_the_folder_is_created_0700(locks: Path) -> None:
-    fd = sandbox._open_lock_dir()
+    fd = sandbox_uids.open_lock_dir()
     os.close(fd)
     st = os.lstat(locks)
     assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.geteuid()
-    os.close(sandbox._open_lock_dir())  # an existing safe folder is reused
+    os.close(sandbox_uids.open_lock_dir())  # an existing safe folder is reused
 
 
 def test_a_folder_open_to_others_is_refused(locks: Path) -> None:
     locks.mkdir()
     locks.chmod(0o777)
     with pytest.raises(sandbox.SandboxLockError, match="has mode 0777; it must be 0700") as info:
-        sandbox._open_lock_dir()
+        sandbox_uids.open_lock_dir()
     assert str(locks) in str(info.value) and "\n" not in str(info.value)
     assert isinstance(info.value, PermissionError)  # the CLI prints it as one line, like any OSError
 
@@ -41,14 +41,14 @@ def test_a_symlinked_folder_is_refused(locks: Path, tmp_path: Path) -> None:
     target.mkdir(mode=0o700)
     locks.symlink_to(target)
     with pytest.raises(sandbox.SandboxLockError, match="is a symlink"):
-        sandbox._open_lock_dir()
+        sandbox_uids.open_lock_dir()
     assert list(target.iterdir()) == []
 
 
 def test_a_file_in_its_place_is_refused(locks: Path) -> None:
     locks.write_text("")
     with pytest.raises(sandbox.SandboxLockError, match="is not a folder"):
-        sandbox._open_lock_dir()
+        sandbox_uids.open_lock_dir()
 
 
 def test_another_owner_is_refused(locks: Path) -> None:
@@ -56,16 +56,16 @@ def test_another_owner_is_refused(locks: Path) -> None:
     if os.geteuid() == 0:
         os.chown(locks, sandbox.NOBODY, sandbox.NOBODY)
         with pytest.raises(sandbox.SandboxLockError, match=f"owned by uid {sandbox.NOBODY}"):
-            sandbox._open_lock_dir()
+            sandbox_uids.open_lock_dir()
     else:  # a non-root caller cannot give a folder away; the check still compares owners
         st = os.stat(locks)
         assert st.st_uid == os.geteuid()
-        os.close(sandbox._open_lock_dir())
+        os.close(sandbox_uids.open_lock_dir())
 
 
 def test_a_planted_lock_symlink_is_not_followed(locks: Path, tmp_path: Path, monkeypatch) -> None:
     if os.geteuid() != 0:  # a non-root call runs as nobody in its own user namespace: no lock folder at all
-        with sandbox._call_uid() as uid:
+        with sandbox_uids.call_uid() as uid:
             assert uid == sandbox.NOBODY
         assert not locks.exists()
         return
@@ -74,12 +74,12 @@ def test_a_planted_lock_symlink_is_not_followed(locks: Path, tmp_path: Path, mon
     before = victim.stat()
     locks.mkdir(mode=0o700)
     (locks / "60001").symlink_to(victim)
-    monkeypatch.setattr(sandbox, "CALL_UIDS", (60001, 60002))
+    monkeypatch.setattr(sandbox_uids, "CALL_UIDS", (60001, 60002))
     for _ in range(5):  # the symlinked uid is never handed out; the other one is
-        with sandbox._call_uid() as uid:
+        with sandbox_uids.call_uid() as uid:
             assert uid == 60002
-    monkeypatch.setattr(sandbox, "CALL_UIDS", (60001,))
-    with pytest.raises(RuntimeError, match="no free sandbox uid"), sandbox._call_uid():
+    monkeypatch.setattr(sandbox_uids, "CALL_UIDS", (60001,))
+    with pytest.raises(RuntimeError, match="no free sandbox uid"), sandbox_uids.call_uid():
         pass
     after = victim.stat()
     assert victim.read_text() == "keep" and (after.st_mode, after.st_mtime_ns) == (

@@ -12,12 +12,12 @@ Two isolating backends, chosen automatically (``backend="auto"``), in this order
    is what runs where bubblewrap is not installed.
 
 Both apply ``prlimit`` limits inside the sandbox: address space (``memory_mb``), CPU seconds, processes
-(RLIMIT_NPROC, counted per call: see `_call_uid`), file size and no core dumps. Around them the caller enforces a
+(RLIMIT_NPROC, counted per call: see `trace_rl.envs.sandbox_uids.call_uid`), file size and no core dumps. Around them the caller enforces a
 wall-clock timeout and an output cap: output past the cap is counted, not kept (the result says how many
 bytes were dropped, and a cut never splits a UTF-8 character), and past ``MAX_DRAIN_BYTES`` of it, or at the
 timeout, the caller kills the launcher's whole process group; the launcher's death tears down the sandbox's
 pid namespace (every process in it, background ones included). Every call has its own process budget
-(`_call_uid`), so one call's fork bomb cannot make concurrent calls fail to start processes or threads.
+(`trace_rl.envs.sandbox_uids`), so one call's fork bomb cannot make concurrent calls fail to start processes or threads.
 The launcher starts with an empty environment so nothing of the caller's environment is visible anywhere.
 
 Only the interpreter's standard library is available inside (``python -I -S``: no site-packages, no project
@@ -31,32 +31,27 @@ from __future__ import annotations
 import atexit
 import codecs
 import contextlib
-import fcntl
 import functools
 import os
-import random
 import select
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
 from trace_rl.envs.sandbox_spares import SparePool
+from trace_rl.envs.sandbox_uids import CALL_UIDS as CALL_UIDS  # re-exported: the public names stay here too
+from trace_rl.envs.sandbox_uids import NOBODY, SandboxLockError, UidLease, lease_uid
+from trace_rl.envs.sandbox_uids import lock_dir as lock_dir
 from trace_rl.errors import UserError
 
 Backend = Literal["auto", "bwrap", "unshare", "none"]
 
-NOBODY = 65534
-# Processes (RLIMIT_NPROC counts threads too) per sandboxed call: every call has its own budget (a uid of its
-# own for a root caller, a user namespace of its own otherwise), so a fork bomb in one call cannot starve another.
-DEFAULT_MAX_PROCS = 64
-CALL_UIDS = range(1_000_000_000, 1_001_000_000)
+DEFAULT_MAX_PROCS = 64  # processes (RLIMIT_NPROC counts threads too) per call: see trace_rl.envs.sandbox_uids
 """uids (and gids) a root caller's sandboxed calls run as, one per concurrent call on the machine."""
 DEFAULT_MAX_OUTPUT = 64 * 1024  # bytes kept per stream
 MAX_DRAIN_BYTES = 16 * 1024 * 1024
@@ -230,137 +225,11 @@ def _unshare_command(python: str, prefix: str, limits: list[str], root_dir: str,
     ]
 
 
-class SandboxLockError(PermissionError):
-    """The folder of the sandbox's per-call uid locks is not safe to use (see `lock_dir`); one line, no bug."""
-
-
 class SandboxUnavailableError(OSError):
     """No isolating backend works on this machine (a setup problem, not a bug: the CLI prints it as one line).
 
     An OSError, not a ValueError: an env's ``call_tool`` turns ValueErrors into failed turns, and a machine without a
     sandbox must stop the run, not fail every tool call silently."""
-
-
-def lock_dir() -> str:
-    """Path of the folder holding the per-call uid locks of a root caller: ``$TMPDIR/trace-rl-sandbox-uids``."""
-    return os.path.join(tempfile.gettempdir(), "trace-rl-sandbox-uids")
-
-
-def _open_lock_dir() -> int:
-    """Create the lock folder (mode 0700) or open the existing one, and return a descriptor of it.
-
-    The folder lies in a world-writable /tmp, so another local user could create it first and then plant
-    symlinks in it or hold every lock. It is opened with ``O_NOFOLLOW | O_DIRECTORY`` and checked on that
-    descriptor (no race between the check and the use): it must be a real folder (not a symlink), owned by this
-    process's effective uid, with no access for group or others. Lock files are then opened relative to it.
-
-    Raises:
-        SandboxLockError: the path is a symlink or not a folder, belongs to another user, or is open to others
-            (the message says which, and how to fix it).
-    """
-    path = lock_dir()
-    try:
-        os.mkdir(path, 0o700)
-        os.chmod(path, 0o700, follow_symlinks=False)  # the umask may have removed owner bits
-    except FileExistsError:
-        pass
-    fix = f"remove it (rm -r {path}) so that trace-rl creates it afresh with mode 0700"
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        what = "a symlink" if os.path.islink(path) else "not a folder"
-        raise SandboxLockError(f"sandbox lock folder {path} is {what} ({exc.strerror}); {fix}") from None
-    st = os.fstat(fd)
-    problem = None
-    if st.st_uid != os.geteuid():
-        problem = f"is owned by uid {st.st_uid}, not by this process (uid {os.geteuid()})"
-    elif stat.S_IMODE(st.st_mode) & 0o077:
-        problem = f"has mode {stat.S_IMODE(st.st_mode):04o}; it must be 0700 (no access for group or others)"
-    if problem is not None:
-        os.close(fd)
-        raise SandboxLockError(f"sandbox lock folder {path} {problem}; {fix}")
-    return fd
-
-
-@dataclass
-class _UidLease:
-    """A uid held by one sandboxed call (see `_call_uid`): ``fd`` is the locked file in ``dir_fd``'s folder
-    (both -1 for a non-root caller, who holds nothing)."""
-
-    uid: int
-    fd: int = -1
-    dir_fd: int = -1
-    name: str = ""
-
-    def release(self) -> None:
-        """Unlink the lock file while still locked (a later opener creates a fresh file), then unlock."""
-        if self.fd >= 0:
-            with contextlib.suppress(OSError):
-                os.unlink(self.name, dir_fd=self.dir_fd)
-        self.forget()
-
-    def forget(self) -> None:
-        """Close this process's descriptors without unlinking (a forked child's inherited copies)."""
-        for fd in (self.fd, self.dir_fd):
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        self.fd = self.dir_fd = -1
-
-
-def _lease_uid() -> _UidLease:
-    """Take a uid for one call; the caller must `_UidLease.release` it. See `_call_uid`."""
-    if os.geteuid() != 0:
-        return _UidLease(NOBODY)
-    dir_fd = _open_lock_dir()
-    try:
-        for _ in range(1000):
-            uid = random.choice(CALL_UIDS)
-            name = str(uid)
-            try:  # O_NOFOLLOW: a symlink planted under this name is refused, never followed
-                fd = os.open(
-                    name, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
-                )
-            except OSError:
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                here = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-                mine = os.fstat(fd).st_ino == here.st_ino  # not unlinked by its last holder meanwhile
-            except OSError:  # held by another call (or the file vanished between open and stat)
-                mine = False
-            if not mine:
-                os.close(fd)
-                continue
-            lease, dir_fd = _UidLease(uid, fd, dir_fd, name), -1
-            return lease
-    finally:
-        if dir_fd >= 0:
-            os.close(dir_fd)
-    raise RuntimeError("no free sandbox uid: too many concurrent sandboxed calls")
-
-
-@contextlib.contextmanager
-def _call_uid() -> Iterator[int]:
-    """The uid one sandboxed call runs as, held for the duration of the call.
-
-    A root caller gets a uid from ``CALL_UIDS`` that no other call on this machine holds (an exclusive
-    ``flock`` on a file named after it, in any process): RLIMIT_NPROC counts processes per uid, so this gives
-    every call its own process budget. A non-root caller gets ``NOBODY`` inside its own user namespace.
-
-    The locks live in `lock_dir`, checked by `_open_lock_dir` (a real folder of this uid with mode 0700); each
-    lock file is opened with ``O_NOFOLLOW`` relative to that folder. A started spare sandbox (`_start`) holds
-    its uid from its start to the end of the call that uses it.
-
-    Raises:
-        RuntimeError: no free uid after many tries (more concurrent calls than the range allows).
-        SandboxLockError: the lock folder is a symlink, not a folder, another user's, or open to others.
-    """
-    lease = _lease_uid()
-    try:
-        yield lease.uid
-    finally:
-        lease.release()
 
 
 def _no_core_dumps(cmd: list[str]) -> list[str]:
@@ -500,7 +369,7 @@ class _Started:
     lease and (unshare backend) its root folder. A `trace_rl.envs.sandbox_spares.Spare`."""
 
     proc: subprocess.Popen[bytes]
-    lease: _UidLease | None = None
+    lease: UidLease | None = None
     root: tempfile.TemporaryDirectory[str] | None = None
 
     def alive(self) -> bool:
@@ -551,7 +420,7 @@ def _start(backend: str, timeout_s: float, memory_mb: int, max_procs: int) -> _S
 
     Raises:
         UserError: an unknown backend.
-        SandboxLockError / RuntimeError: no safe lock folder, or no free uid (`_call_uid`).
+        SandboxLockError / RuntimeError: no safe lock folder, or no free uid (`trace_rl.envs.sandbox_uids.call_uid`).
         OSError: the launcher could not be started.
     """
     if backend not in ("bwrap", "unshare", "none"):
@@ -561,7 +430,7 @@ def _start(backend: str, timeout_s: float, memory_mb: int, max_procs: int) -> _S
     if backend == "none":
         # Limits and an empty environment only; no isolation (explicit opt-in by the caller).
         return _Started(_launch([*limits, python, "-I", "-S", "-"]))
-    lease = _lease_uid()
+    lease = lease_uid()
     root: tempfile.TemporaryDirectory[str] | None = None
     try:
         if backend == "bwrap":
