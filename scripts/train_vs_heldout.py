@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     from trace_rl.train.config import load_config
     from trace_rl.train.evaluation import evaluate_held_out
     from trace_rl.train.run import Trainer
+    from trace_rl.types import Task
 
     for given, folder in zip(args.policy, folders, strict=True):
         overrides = [f"policy.name={folder}", "policy.sft_steps=0", f"threads={args.threads}", *args.set]
@@ -110,8 +111,12 @@ def main(argv: list[str] | None = None) -> int:
             train = evaluate_held_out(cfg, *run, pool, 0)["eval_accuracy"]
             from trace_rl.predictor import serialize_anchor
 
-            seen = [t for t in trainer.tasks if serialize_anchor(t.prompt) in trained]
-            if trained and len(seen) != len(trained):
+            by_prompt: dict[str, Task] = {}  # one task per distinct prompt: the pool can hold a prompt twice
+            for t in trainer.tasks:
+                if (key := serialize_anchor(t.prompt)) in trained:
+                    by_prompt.setdefault(key, t)
+            seen = list(by_prompt.values())
+            if len(seen) < len(trained):
                 print(
                     f"{len(trained) - len(seen)} trained prompts are not in this preset's RL pool",
                     file=sys.stderr,
