@@ -245,7 +245,7 @@ def test_bad_arguments_raise() -> None:
         run_python("print(1)", timeout_s=0)
     with pytest.raises(ValueError, match="backend"):
         run_python("print(1)", backend="docker")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="spares must be >= 0"):
+    with pytest.raises(ValueError, match="spares must be an int from 0 to 64"):
         run_python("print(1)", spares=-1)
 
 
@@ -269,3 +269,46 @@ def test_started_spares_serve_one_call_each(backend: str) -> None:
     outs = [run_python(code, backend=backend, spares=2).stdout for _ in range(4)]  # type: ignore[arg-type]
     outs.append(run_python(code, backend=backend, spares=0).stdout)  # type: ignore[arg-type]
     assert outs[0].startswith("False ") and outs == [outs[-1]] * 5, outs  # no mark seen, same process count
+
+
+def test_limits_hold_on_a_sandbox_started_ahead(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The attacks above mostly start their own sandbox (their limits are a key of their own, used once). Here each
+    # runs on a spare that waited idle first: the wall limit counts from the code's handover, the address-space
+    # and process limits are the spare's own.
+    import threading
+
+    from trace_rl.envs import sandbox
+
+    limits = {"timeout_s": 1.0, "memory_mb": 256, "max_procs": 16}
+    key = (backend, 1.0, 256, 16, sandbox._python_paths())
+    starts: list[str] = []  # the thread of every sandbox start: the caller's when a call starts its own
+    real_start = sandbox._start
+
+    def counted(*args: object) -> sandbox._Started:
+        starts.append(threading.current_thread().name)
+        return real_start(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sandbox, "_start", counted)
+
+    def on_a_spare(code: str) -> tuple[sandbox.ExecResult, float]:
+        deadline = time.monotonic() + 10
+        while sandbox._SPARES.ready(key) < 1 and time.monotonic() < deadline:
+            run_python("pass", backend=backend, spares=1, **limits)  # type: ignore[arg-type]
+            time.sleep(0.2)
+        time.sleep(1.5)  # idle longer than the wall limit
+        assert sandbox._SPARES.ready(key) == 1
+        starts.clear()
+        t0 = time.monotonic()
+        res = run_python(code, backend=backend, spares=1, **limits)  # type: ignore[arg-type]
+        assert threading.current_thread().name not in starts  # served by the spare, not started on demand
+        return res, time.monotonic() - t0
+
+    try:
+        res, took = on_a_spare("print('started', flush=True)\nwhile True:\n    pass")
+        assert res.timed_out and res.stdout == "started\n" and 0.9 < took < 5.0  # killed near its 1 s limit
+        res, _ = on_a_spare("x = bytearray(2 * 1024**3)\nprint('allocated')")
+        assert "MemoryError" in res.stderr and "allocated" not in res.stdout
+        res, _ = on_a_spare(_FORK_PROBE)
+        assert res.stdout.strip().isdigit() and int(res.stdout) < 16
+    finally:
+        run_python("pass", backend=backend, spares=0, **limits)  # type: ignore[arg-type]  # stop keeping spares

@@ -5,6 +5,8 @@ neither uses nor kills its parent's items."""
 from __future__ import annotations
 
 import os
+import subprocess
+import threading
 import time
 
 import pytest
@@ -117,9 +119,10 @@ def test_close_discards_everything_and_stops(pool: SparePool[Item]) -> None:
     assert len(start.made) == 2
 
 
-def test_negative_target_is_refused(pool: SparePool[Item]) -> None:
-    with pytest.raises(ValueError, match="spares must be >= 0"):
-        pool.take("k", -1, Starter())
+@pytest.mark.parametrize("bad", [-1, 65, 1.5, True, "2"])
+def test_a_bad_target_is_refused(pool: SparePool[Item], bad: object) -> None:
+    with pytest.raises(ValueError, match="spares must be an int from 0 to 64"):
+        pool.take("k", bad, Starter())  # type: ignore[arg-type]
 
 
 def test_a_forked_child_forgets_the_parents_items(pool: SparePool[Item]) -> None:
@@ -138,3 +141,86 @@ def test_a_forked_child_forgets_the_parents_items(pool: SparePool[Item]) -> None
     os.waitpid(pid, 0)
     os.close(read)
     assert pool.ready("k") == 2 and not any(i.forgotten or i.discarded for i in start.made)
+
+
+class SlowStarter(Starter):
+    """A start that takes ``delay`` seconds, to catch the pool in the middle of one."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay, self.entered = delay, threading.Event()
+
+    def __call__(self) -> Item:
+        self.entered.set()
+        time.sleep(self.delay)
+        return super().__call__()
+
+
+def test_a_fork_waits_for_a_start_in_flight_and_the_child_forgets_it(pool: SparePool[Item]) -> None:
+    start = SlowStarter(0.3)
+    pool.take("k", 1, start)
+    assert start.entered.wait(5)
+    read, write = os.pipe()
+    pid = os.fork()  # during the start: the fork waits until the item is in the pool, where the child sees it
+    if pid == 0:
+        ok = len(start.made) == 1 and start.made[0].forgotten and not start.made[0].discarded
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"1"
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert pool.ready("k") == 1 and not start.made[0].forgotten
+
+
+def test_close_and_reopen_keep_the_thread_and_drop_a_start_in_flight(pool: SparePool[Item]) -> None:
+    # bubblewrap's --die-with-parent kills a sandbox when the thread that started it ends, so the thread must
+    # outlive close (a call may still run on a spare it started); a start in flight at reopen is discarded
+    start = SlowStarter(0.3)
+    pool.take("k", 1, start)
+    thread = pool._thread
+    assert thread is not None and start.entered.wait(5)
+    pool.reopen()
+    wait_for(lambda: len(start.made) == 1 and start.made[0].discarded)
+    assert pool.ready("k") == 0 and thread.is_alive()
+    quick = Starter()
+    pool.take("k", 1, quick)  # the pool works again, on the same thread
+    wait_for(lambda: pool.ready("k") == 1)
+    pool.close()
+    time.sleep(0.05)
+    assert thread.is_alive() and pool._thread is thread and quick.made[0].discarded
+
+
+def test_a_failing_discard_does_not_stop_the_others(pool: SparePool[Item]) -> None:
+    start = Starter()
+    pool.take("k", 2, start)
+    wait_for(lambda: pool.ready("k") == 2)
+
+    def broken() -> None:
+        raise OSError("cannot kill")
+
+    start.made[0].discard = broken  # type: ignore[method-assign]
+    pool.close()
+    assert start.made[1].discarded
+
+
+def test_a_forked_child_leaves_a_started_sandbox_s_root_folder_alone(tmp_path) -> None:
+    # the unshare backend's root folder belongs to the parent: a child that forgets the sandbox must not remove it
+    from trace_rl.envs.sandbox import _Started
+
+    root = tmp_path / "root"
+    root.mkdir()
+    proc = subprocess.Popen(["sleep", "30"], stdin=subprocess.PIPE, start_new_session=True)
+    started = _Started(proc, None, str(root))
+    pid = os.fork()
+    if pid == 0:
+        started.forget()
+        del started
+        import gc
+
+        gc.collect()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert root.is_dir() and started.alive()
+    started.discard()
+    assert not root.exists() and not started.alive()

@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from trace_rl.envs.sandbox_spares import SparePool
+from trace_rl.envs.sandbox_spares import SparePool, check_spares
 from trace_rl.envs.sandbox_uids import CALL_UIDS as CALL_UIDS  # re-exported: the public names stay here too
 from trace_rl.envs.sandbox_uids import NOBODY, SandboxLockError, UidLease, lease_uid
 from trace_rl.envs.sandbox_uids import lock_dir as lock_dir
@@ -52,7 +52,6 @@ from trace_rl.errors import UserError
 Backend = Literal["auto", "bwrap", "unshare", "none"]
 
 DEFAULT_MAX_PROCS = 64  # processes (RLIMIT_NPROC counts threads too) per call: see trace_rl.envs.sandbox_uids
-"""uids (and gids) a root caller's sandboxed calls run as, one per concurrent call on the machine."""
 DEFAULT_MAX_OUTPUT = 64 * 1024  # bytes kept per stream
 MAX_DRAIN_BYTES = 16 * 1024 * 1024
 """Output beyond the cap is read and counted, not kept, up to this many bytes (both streams); more kills the run."""
@@ -370,7 +369,7 @@ class _Started:
 
     proc: subprocess.Popen[bytes]
     lease: UidLease | None = None
-    root: tempfile.TemporaryDirectory[str] | None = None
+    root: str | None = None  # a folder this process made and removes (`release`)
 
     def alive(self) -> bool:
         """Still running (checked without reaping it, so its pid cannot be reused before `discard`)."""
@@ -384,7 +383,8 @@ class _Started:
         if self.lease is not None:
             self.lease.release()
         if self.root is not None:
-            self.root.cleanup()
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
 
     def discard(self) -> None:
         """Kill the unused sandbox's process group, reap it, and release what it holds."""
@@ -405,7 +405,7 @@ class _Started:
                     os.close(f.fileno())
         if self.lease is not None:
             self.lease.forget()
-        self.root = None  # its cleanup belongs to the parent
+        self.root = None  # the parent removes it
 
 
 DEFAULT_SPARES = 4
@@ -431,19 +431,20 @@ def _start(backend: str, timeout_s: float, memory_mb: int, max_procs: int) -> _S
         # Limits and an empty environment only; no isolation (explicit opt-in by the caller).
         return _Started(_launch([*limits, python, "-I", "-S", "-"]))
     lease = lease_uid()
-    root: tempfile.TemporaryDirectory[str] | None = None
+    root: str | None = None
     try:
         if backend == "bwrap":
             cmd = _bwrap_command(python, prefix, limits, lease.uid)
         else:
-            root = tempfile.TemporaryDirectory(prefix="trace-rl-sandbox-")
-            os.chmod(root.name, 0o755)
-            cmd = _unshare_command(python, prefix, limits, root.name, lease.uid)
+            # a plain folder, not a TemporaryDirectory: a forked child's copy of one would delete it on collection
+            root = tempfile.mkdtemp(prefix="trace-rl-sandbox-")
+            os.chmod(root, 0o755)
+            cmd = _unshare_command(python, prefix, limits, root, lease.uid)
         return _Started(_launch(cmd), lease, root)
     except BaseException:
         lease.release()
         if root is not None:
-            root.cleanup()
+            shutil.rmtree(root, ignore_errors=True)
         raise
 
 
@@ -496,7 +497,8 @@ def run_python(
             it does not wait for the namespaces and the interpreter to start. Each serves one call only and is
             torn down after it (its own namespaces, uid, /tmp and limits, as a call started on demand); the
             wall-clock limit counts from the moment the code is handed over, and the CPU limit includes the
-            interpreter's start (about 20 ms). 0: every call starts its own sandbox, as before.
+            interpreter's start (about 20 ms). 0: every call starts its own sandbox, as before. At most
+            ``MAX_SPARES`` (64).
 
     Returns:
         ExecResult. Errors of the code itself (exceptions, limits hit) show in returncode and stderr.
@@ -512,8 +514,7 @@ def run_python(
         raise ValueError(f"memory_mb must be >= 64 (the interpreter needs it), got {memory_mb}")
     if max_procs < 1 or max_output_bytes < 1:
         raise ValueError("max_procs and max_output_bytes must be >= 1")
-    if spares < 0:
-        raise ValueError(f"spares must be >= 0, got {spares}")
+    check_spares(spares)
     if backend == "auto":
         backends = available_backends()
         if not backends:
