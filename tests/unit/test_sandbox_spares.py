@@ -8,6 +8,7 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -45,6 +46,21 @@ def wait_for(cond, timeout: float = 5.0) -> None:
     while not cond():
         assert time.monotonic() < end, "timed out"
         time.sleep(0.01)
+
+
+def in_a_forked_child(check: Callable[[], bool]) -> bool:
+    """``check()`` evaluated in a forked child of this process, its answer sent back through a pipe."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(write, b"1" if check() else b"0")
+        os._exit(0)
+    os.close(write)
+    try:
+        return os.read(read, 1) == b"1"
+    finally:
+        os.waitpid(pid, 0)
+        os.close(read)
 
 
 @pytest.fixture
@@ -129,17 +145,14 @@ def test_a_forked_child_forgets_the_parents_items(pool: SparePool[Item]) -> None
     start = Starter()
     pool.take("k", 2, start)
     wait_for(lambda: pool.ready("k") == 2)
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: it must see no ready item and must not discard the parent's
-        ok = pool.ready("k") == 0 and all(i.forgotten and not i.discarded for i in start.made)
-        ok = ok and pool.take("k", 0, start) is None
-        os.write(write, b"1" if ok else b"0")
-        os._exit(0)
-    os.close(write)
-    assert os.read(read, 1) == b"1"
-    os.waitpid(pid, 0)
-    os.close(read)
+    # the child must see no ready item and must not discard the parent's
+    assert in_a_forked_child(
+        lambda: (
+            pool.ready("k") == 0
+            and all(i.forgotten and not i.discarded for i in start.made)
+            and pool.take("k", 0, start) is None
+        )
+    )
     assert pool.ready("k") == 2 and not any(i.forgotten or i.discarded for i in start.made)
 
 
@@ -160,16 +173,10 @@ def test_a_fork_waits_for_a_start_in_flight_and_the_child_forgets_it(pool: Spare
     start = SlowStarter(0.3)
     pool.take("k", 1, start)
     assert start.entered.wait(5)
-    read, write = os.pipe()
-    pid = os.fork()  # during the start: the fork waits until the item is in the pool, where the child sees it
-    if pid == 0:
-        ok = len(start.made) == 1 and start.made[0].forgotten and not start.made[0].discarded
-        os.write(write, b"1" if ok else b"0")
-        os._exit(0)
-    os.close(write)
-    assert os.read(read, 1) == b"1"
-    os.waitpid(pid, 0)
-    os.close(read)
+    # forked during the start: the fork waits until the item is in the pool, where the child sees it
+    assert in_a_forked_child(
+        lambda: len(start.made) == 1 and start.made[0].forgotten and not start.made[0].discarded
+    )
     assert pool.ready("k") == 1 and not start.made[0].forgotten
 
 

@@ -133,8 +133,8 @@ def call_uid() -> Iterator[int]:
     every call its own process budget. A non-root caller gets ``NOBODY`` inside its own user namespace.
 
     The locks live in `lock_dir`, checked by `open_lock_dir` (a real folder of this uid with mode 0700); each
-    lock file is opened with ``O_NOFOLLOW`` relative to that folder. A started spare sandbox (`trace_rl.envs.sandbox._start`) holds
-    its uid from its start to the end of the call that uses it.
+    lock file is opened with ``O_NOFOLLOW`` relative to that folder. A started spare sandbox
+    (`trace_rl.envs.sandbox._start`) holds its uid from its start to the end of the call that uses it.
 
     Raises:
         RuntimeError: no free uid after many tries (more concurrent calls than the range allows).
