@@ -10,7 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from trace_rl.rollout.backends import SamplingParams  # noqa: E402
-from trace_rl.rollout.engine import LocalEngine, completion_seed  # noqa: E402
+from trace_rl.rollout.engine import LocalEngine, completion_seed, length_groups  # noqa: E402
+from trace_rl.rollout.engine_forward import cache_spans, span_cuts  # noqa: E402
 from trace_rl.rollout.sampling import sample_tokens  # noqa: E402
 
 PROMPT = list(range(5, 40))  # 35 arbitrary ids of the 512-token vocabulary
@@ -279,11 +280,36 @@ def test_fast_forward_matches_reference_engine_and_model(tiny_policy):
                 np.testing.assert_allclose(c.logprobs, ref_lp, atol=1e-4)
 
 
-def test_spans_split_at_idle_gaps_and_mask_unequal_rows(tiny_policy):
-    eng = LocalEngine(tiny_policy)
+def test_length_groups_pad_short_tails_apart_from_long_ones():
+    # a fresh 250-token prompt and three observations of about 10 tokens: two forwards (250 + 3 x 12 + 2 x 32)
+    # instead of one padding every tail to 250 (4 x 250 + 32)
+    groups = length_groups([10, 250, 12, 9], 32)
+    assert [g.tolist() for g in groups] == [[1], [2, 0, 3]]
+    # when a forward costs more than the padding, one group
+    assert [g.tolist() for g in length_groups([10, 250, 12, 9], 10_000)] == [[1, 2, 0, 3]]
+    # every row once, longest first, also for equal lengths
+    assert sorted(np.concatenate(length_groups([5, 5, 5], 32)).tolist()) == [0, 1, 2]
+    assert [g.tolist() for g in length_groups([3], 32)] == [[0]]
+
+
+def test_span_cuts_weigh_idle_rows_and_longer_rows_against_one_more_span():
+    # a long idle gap splits; a one-row gap does not when a span costs more than the idle row
+    assert span_cuts([0, 1, 50, 51], [100, 100, 100, 100], 192) == [2]
+    assert span_cuts([0, 1, 3, 4], [100, 100, 100, 100], 192) == []
+    assert span_cuts([0, 1, 3, 4], [100, 100, 100, 100], 50) == [2]
+    # a much longer row next to short ones gets its own span: joining would make 8 rows read 1000 positions
+    assert span_cuts(list(range(9)), [50] * 8 + [1000], 192) == [8]
+    # ... but not when the extra positions cost less than a span
+    assert span_cuts(list(range(9)), [50] * 8 + [60], 192) == []
+    # the short rows after a long one start a new span once it pays
+    assert span_cuts(list(range(10)), [1000] + [50] * 9, 192) == [1]
+    assert span_cuts([7], [10], 192) == []
+
+
+def test_spans_split_at_idle_gaps_and_mask_unequal_rows():
     rows = np.array([0, 1, 2, 4, 20, 21])
     start = np.array([5, 7, 7, 3, 9, 9])
-    spans = eng._spans(rows, start, 1)
+    spans = cache_spans(rows, start, 1, torch.device("cpu"), span_positions=16)
     assert [(lo, hi, a, b, total) for lo, hi, a, b, total, _, _ in spans] == [
         (0, 5, 0, 4, 8),
         (20, 22, 4, 6, 10),
@@ -294,6 +320,6 @@ def test_spans_split_at_idle_gaps_and_mask_unequal_rows(tiny_policy):
     see = mask[:, 0, 0].numpy()
     assert see[0].tolist() == [True] * 6 + [False] * 2 and see[3].all() and see[1].all()
     # prefill (L = 3): causal per row from its start; True = may attend
-    (_, _, _, _, total, _, pmask), _ = eng._spans(rows, start, 3)
+    (_, _, _, _, total, _, pmask), _ = cache_spans(rows, start, 3, torch.device("cpu"), span_positions=16)
     assert total == 10 and pmask.shape == (5, 1, 3, 10)
     assert pmask[0, 0].numpy().sum(-1).tolist() == [6, 7, 8]

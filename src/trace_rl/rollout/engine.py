@@ -42,6 +42,10 @@ SUPPORTED = ("llama", "qwen2", "qwen3")
 FREE, ACTIVE, PARKED = 0, 1, 2
 DEFER_TOKENS = 8
 DEFER_SHARE = 0.9
+PREFILL_FORWARD_TOKENS = 32
+"""What one more prefill forward costs beyond its tokens, in padded tokens (`length_groups`): measured on the
+2-core CPU with the tiny policy, a forward's fixed work (weights streamed once, Python per layer) is about 4 ms,
+a prefill token about 0.2 ms (docs/benchmarks.md, "Prefill grouped by length")."""
 
 
 @dataclass
@@ -261,14 +265,19 @@ class LocalEngine:
         rows = np.asarray([row for _, row, _ in batch], np.int64)
         start = torch.as_tensor([lcp for _, _, lcp in batch], dtype=torch.long)
         self._ensure_positions(int(start.max()) + width + 1)
-        if self.fast_decode:
-            order = np.argsort(rows)
+        if self.fast_decode:  # one forward per group of similar tail lengths, each padded to its own longest
             logits = torch.empty(
                 len(batch), self.model.config.vocab_size, dtype=torch.float32, device=self.device
             )
-            logits[torch.from_numpy(order).to(self.device)] = self._forward_rows(
-                rows[order], ids[order].to(self.device), start.numpy()[order], np.asarray(lengths)[order] - 1
-            )
+            for group in length_groups(lengths, PREFILL_FORWARD_TOKENS):
+                order = group[np.argsort(rows[group])]
+                tail = int(max(lengths[i] for i in order))
+                logits[torch.from_numpy(order).to(self.device)] = self._forward_rows(
+                    rows[order],
+                    ids[order, :tail].to(self.device),
+                    start.numpy()[order],
+                    np.asarray(lengths)[order] - 1,
+                )
         else:
             logits = self._forward(
                 rows, ids.to(self.device), start.to(self.device), last=np.asarray(lengths) - 1
@@ -446,6 +455,33 @@ class LocalEngine:
     def _spans(self, rows: np.ndarray, start: np.ndarray, length: int) -> list[Span]:
         """`cache_spans` on this engine's device."""
         return cache_spans(rows, start, length, self.device)
+
+
+def length_groups(lengths: Sequence[int], forward_tokens: int) -> list[np.ndarray]:
+    """Split prefill rows into groups that each run as one right-padded forward, minimising the padded tokens
+    computed plus ``forward_tokens`` per forward (what one forward costs beyond its tokens, in tokens).
+
+    A returning episode's tail (its observation, a few tokens) and a fresh prompt (hundreds) in one forward
+    would pad the short tail to the long one's width; grouping by length avoids most of that padding. Exact
+    dynamic programme over the rows sorted by length (a group is a run of that order). Returns index arrays
+    into ``lengths`` covering every row once, in descending length.
+    """
+    order = np.argsort(-np.asarray(lengths, np.int64), kind="stable")
+    sizes = np.asarray(lengths, np.int64)[order]
+    n = sizes.size
+    best = np.zeros(n + 1)  # best[j]: cost of the first j rows (longest first)
+    cut = np.zeros(n + 1, np.int64)
+    for j in range(1, n + 1):
+        # a group rows i..j-1 costs its width (sizes[i], the longest) x its rows, plus one forward
+        costs = best[:j] + sizes[:j] * (j - np.arange(j)) + forward_tokens
+        cut[j] = int(np.argmin(costs))
+        best[j] = costs[cut[j]]
+    groups: list[np.ndarray] = []
+    j = n
+    while j > 0:
+        groups.append(order[cut[j] : j])
+        j = int(cut[j])
+    return groups[::-1]
 
 
 class _PromptSet:

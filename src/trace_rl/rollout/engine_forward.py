@@ -23,7 +23,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-SPAN_GAP = 4  # decode: a run of more idle cache rows than this between active ones splits the attention
+SPAN_POSITIONS = 192
+"""What one more attention span costs a forward, in cache positions read (`span_cuts`): on the 2-core CPU with
+the tiny policy a decode step's extra span costs about 0.11 ms and a cached position of one row about 0.6 us
+(docs/benchmarks.md, "Prefill grouped by length, decode spans by cost")."""
 _RMS_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm")
 
 # (lo, hi, a, b, total, local, mask): see `cache_spans`
@@ -172,18 +175,23 @@ def forward_rows(
     return logits.float()
 
 
-def cache_spans(rows: np.ndarray, start: np.ndarray, length: int, device: torch.device) -> list[Span]:
+def cache_spans(
+    rows: np.ndarray,
+    start: np.ndarray,
+    length: int,
+    device: torch.device,
+    span_positions: int = SPAN_POSITIONS,
+) -> list[Span]:
     """Split the ascending cache rows of a forward into spans that attention reads as one view each.
 
-    A gap of more than SPAN_GAP idle rows starts a new span (reading an idle row's cache costs more than a
-    few extra operations). Returns per span (lo, hi, a, b, total, local, mask): cache rows lo..hi-1, of
+    Where spans start is `span_cuts` (an idle row or a short row inside a span is read up to the span's
+    longest row; one more span costs a few operations per layer). Returns per span (lo, hi, a, b, total, local, mask): cache rows lo..hi-1, of
     which rows[a:b] are computed; total = 1 + the span's last position (keys read); local = the computed
     rows' offsets in the span (None when there is no idle row); mask = bool (rows, 1, L, total), True where
     a query may attend (causal from each row's start; None for decode when all rows end at the same
     position). Idle rows see every key. Tensors are on `device`.
     """
-    cuts = np.flatnonzero(np.diff(rows) > SPAN_GAP + 1) + 1
-    bounds = [0, *cuts.tolist(), rows.size]
+    bounds = [0, *span_cuts(rows.tolist(), (start + length).tolist(), span_positions), rows.size]
     spans: list[Span] = []
     for a, b in itertools.pairwise(bounds):
         lo, hi = int(rows[a]), int(rows[b - 1]) + 1
@@ -199,6 +207,29 @@ def cache_spans(rows: np.ndarray, start: np.ndarray, length: int, device: torch.
             mask = torch.from_numpy(see[:, None]).to(device)
         spans.append((lo, hi, a, b, total, local, mask))
     return spans
+
+
+def span_cuts(rows: list[int], ends: list[int], span_positions: int) -> list[int]:
+    """Where the attention spans of a forward start: indices into ``rows`` (ascending cache rows, row i
+    attending to ``ends[i]`` cached positions), excluding 0.
+
+    A span reads every cache row from its first to its last row (idle rows in between included) up to its
+    longest row, so it costs (rows in it) x (its longest end) positions, plus ``span_positions`` for being one
+    more span. Greedy, left to right: a row joins the open span unless a new span costs less than what joining
+    adds (the idle rows before it, and raising the span's longest end for every row already in it).
+    """
+    cuts: list[int] = []
+    lo, longest = rows[0], ends[0]
+    for i in range(1, len(rows)):
+        row, end = rows[i], ends[i]
+        widest = max(longest, end)
+        added = (row + 1 - lo) * widest - (rows[i - 1] + 1 - lo) * longest
+        if added > end + span_positions:
+            cuts.append(i)
+            lo, longest = row, end
+        else:
+            longest = widest
+    return cuts
 
 
 def rms_norm(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
