@@ -320,6 +320,10 @@ def test_spans_split_at_idle_gaps_and_mask_unequal_rows():
     see = mask[:, 0, 0].numpy()
     assert see[0].tolist() == [True] * 6 + [False] * 2 and see[3].all() and see[1].all()
     # prefill (L = 3): causal per row from its start; True = may attend
-    (_, _, _, _, total, _, pmask), _ = cache_spans(rows, start, 3, torch.device("cpu"), span_positions=16)
+    (_, _, _, _, total, _, pmask), _ = cache_spans(rows, start, 3, torch.device("cpu"), span_positions=48)
     assert total == 10 and pmask.shape == (5, 1, 3, 10)
     assert pmask[0, 0].numpy().sum(-1).tolist() == [6, 7, 8]
+    # a span costs the same for 3 queries per row as for 1, so 16 positions of one query are 5 of three:
+    # the short row 4 (3 + 3 keys of 10) now pays for a span of its own
+    cut = cache_spans(rows, start, 3, torch.device("cpu"), span_positions=16)
+    assert [(lo, hi, a, b) for lo, hi, a, b, *_ in cut] == [(0, 3, 0, 3), (4, 5, 3, 4), (20, 22, 4, 6)]
