@@ -13,6 +13,11 @@ back in one process, ``--repeats`` times. Prints one JSON line:
 - ``example_tokens``: mean and max tokens of an example, and the prompt prefix all examples share.
 
     python benchmarks/sft_packing.py [--preset multistep] [--batches 8] [--repeats 3] [--threads 1]
+
+``--compare dtype`` compares the warm start's precisions instead (``policy.sft_dtype``): float32 against
+bfloat16 autocast, both on the preset's packing, with the same JSON keys where the two ways are named
+"float32" and "bfloat16" (``wall_ratio`` and ``cpu_ratio`` are bfloat16 / float32, ``max_rel_loss_err`` the
+bfloat16 loss against the float32 one).
 """
 
 from __future__ import annotations
@@ -45,7 +50,9 @@ def examples_of(preset: str) -> tuple[Any, list[Any], Any]:
     return cfg, examples, policy
 
 
-def step(model: Any, batch: list[Any], packed: bool, pad_id: int) -> tuple[float, float]:
+def step(
+    model: Any, batch: list[Any], packed: bool, pad_id: int, dtype: str = "float32"
+) -> tuple[float, float]:
     """(wall seconds, CPU seconds of this process) of one SFT optimizer step on ``batch`` (the
     `trace_rl.policy.sft.train_sft` step)."""
     import torch
@@ -54,7 +61,7 @@ def step(model: Any, batch: list[Any], packed: bool, pad_id: int) -> tuple[float
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95))
     t0, c0 = time.perf_counter(), time.process_time()
-    loss = batch_loss(model, batch, 1024, pad_id, packed=packed)
+    loss = batch_loss(model, batch, 1024, pad_id, packed=packed, dtype=dtype)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -86,6 +93,7 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--compare", choices=("packing", "dtype"), default="packing")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cfg, examples, policy = examples_of(args.preset)
@@ -96,29 +104,37 @@ def main() -> None:
     ]
     pad_id = int(policy.tokenizer.pad_token_id or 0)
     model = policy.model.train()
+    # the two ways: (name, packed, dtype), the baseline first
+    tree = cfg.optim.packing == "tree"
+    ways = (
+        [("padded", False, "float32"), ("packed", True, "float32")]
+        if args.compare == "packing"
+        else [("float32", tree, "float32"), ("bfloat16", tree, "bfloat16")]
+    )
     errs = []
     with torch.no_grad():
         for b in batches:
-            padded = float(batch_loss(model, b, 1024, pad_id, packed=False))
-            packed = float(batch_loss(model, b, 1024, pad_id, packed=True))
-            errs.append(abs(packed - padded) / abs(padded))
-    times: dict[str, list[float]] = {"padded": [], "packed": []}
-    cpu: dict[str, list[float]] = {"padded": [], "packed": []}
+            base, new = (float(batch_loss(model, b, 1024, pad_id, packed=p, dtype=d)) for _, p, d in ways)
+            errs.append(abs(new - base) / abs(base))
+    times: dict[str, list[float]] = {name: [] for name, _, _ in ways}
+    cpu: dict[str, list[float]] = {name: [] for name, _, _ in ways}
     for _ in range(args.repeats):
         for b in batches:
-            for name in ("padded", "packed"):  # back to back, from the same weights
-                wall, used = step(copy.deepcopy(model), b, name == "packed", pad_id)
+            for name, packed, dtype in ways:  # back to back, from the same weights
+                wall, used = step(copy.deepcopy(model), b, packed, pad_id, dtype)
                 times[name].append(wall)
                 cpu[name].append(used)
     lengths = [e.ids.size for e in examples]
     common = min(shared_prefix(examples[0].ids, e.ids) for e in examples)
-    computed = {name: sum(tokens(b, name == "packed") for b in batches) for name in ("padded", "packed")}
+    computed = {name: sum(tokens(b, packed) for b in batches) for name, packed, _ in ways}
     med = {name: statistics.median(v) for name, v in times.items()}
     med_cpu = {name: statistics.median(v) for name, v in cpu.items()}
+    (base, _, _), (new, _, _) = ways
     print(
         json.dumps(
             {
                 "preset": args.preset,
+                "compare": args.compare,
                 "batch": cfg.policy.sft_batch,
                 "batches": args.batches,
                 "repeats": args.repeats,
@@ -128,11 +144,11 @@ def main() -> None:
                     "max": int(max(lengths)),
                     "shared": common,
                 },
-                "tokens_computed": {**computed, "ratio": computed["packed"] / computed["padded"]},
+                "tokens_computed": {**computed, "ratio": computed[new] / computed[base]},
                 "step_s": med,
-                "wall_ratio": med["packed"] / med["padded"],
+                "wall_ratio": med[new] / med[base],
                 "cpu_s": med_cpu,
-                "cpu_ratio": med_cpu["packed"] / med_cpu["padded"],
+                "cpu_ratio": med_cpu[new] / med_cpu[base],
                 "max_rel_loss_err": max(errs),
             }
         )

@@ -17,7 +17,14 @@ from trace_rl.metrics.intervals import mean_ci, stratified_bootstrap_ci
 from trace_rl.train.compare import parse_variant
 from trace_rl.train.config import ConfigError, load_config
 from trace_rl.train.data import DataCursor
-from trace_rl.train.provenance import PROVENANCE_KEY, config_dict, folder_hash, provenance_of
+from trace_rl.train.provenance import (
+    PROVENANCE_KEY,
+    config_dict,
+    config_differences,
+    folder_hash,
+    provenance_of,
+    warm_start_config,
+)
 from trace_rl.train.rundir import check_same_config, log_finished
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
@@ -333,3 +340,16 @@ def test_compare_pairs_get_a_bootstrap_interval_from_three_seeds() -> None:
     one = {"grpo": per_method([0.3]), "trace": per_method([0.35])}
     row = paired_differences(one, ["grpo", "trace"], 1, baseline="grpo")["trace-grpo"]["final_accuracy"]
     assert "boot_low" not in row and row["mean"] == pytest.approx(0.05)
+
+
+def test_a_later_warm_start_key_at_its_earlier_value_keeps_old_manifests_matching() -> None:
+    cfg = load_config(preset="agentic")
+    recorded = warm_start_config(cfg)  # what a manifest written before policy.sft_dtype existed holds
+    assert "policy.sft_dtype" not in recorded
+    assert config_differences(recorded, warm_start_config(cfg)) == []
+    bf16 = load_config(preset="agentic", overrides=["policy.sft_dtype=bfloat16"])
+    assert config_differences(recorded, warm_start_config(bf16)) == [
+        "policy.sft_dtype: '<absent>' -> 'bfloat16'"
+    ]
+    with pytest.raises(ConfigError, match=r"policy\.sft_dtype"):
+        load_config(preset="agentic", overrides=["policy.sft_dtype=float16"])

@@ -99,3 +99,26 @@ def test_a_model_that_cannot_take_the_mask_trains_padded_after_one_log_line(tiny
     train_sft(reference, examples(), SFTConfig(**{**cfg.__dict__, "packing": "none"}), pad_id=0)
     for a, b in zip(model.parameters(), reference.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_bfloat16_warm_start_runs_its_products_in_bfloat16_and_stays_close(tiny_policy, packed: bool) -> None:
+    model = copy.deepcopy(tiny_policy.model).eval()
+    batch = examples()
+    seen: list[torch.dtype] = []
+    hook = model.lm_head.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
+    loss32 = float(batch_loss(model, batch, 48, 0, packed=packed).detach())
+    loss16 = batch_loss(model, batch, 48, 0, packed=packed, dtype="bfloat16")
+    hook.remove()
+    assert seen == [torch.float32, torch.bfloat16]  # the products ran in bfloat16 only when asked
+    assert loss16.dtype == torch.float32  # logits upcast before the loss
+    assert float(loss16) == pytest.approx(loss32, rel=0.02)  # bfloat16 rounding, not another loss
+    loss16.backward()  # the backward runs too, into float32 gradients of the float32 weights
+    assert all(p.grad is None or p.grad.dtype == torch.float32 for p in model.parameters())
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        batch_loss(model, batch, 48, 0, packed=packed, dtype="float16")
+
+
+def test_sft_dtype_setting_is_validated() -> None:
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        SFTConfig(dtype="half")

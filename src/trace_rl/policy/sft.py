@@ -28,6 +28,7 @@ from trace_rl.policy.packing import group_sequences, pack_sequences, packed_forw
 from trace_rl.types import Task
 
 PACKINGS = ("tree", "none")
+DTYPES = ("float32", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,13 @@ class SFTConfig:
     # "tree": a batch's examples go through the model packed side by side into rows no longer than its longest
     # example (trace_rl.policy.packing); "none": one row per example, padded to the longest
     packing: str = "tree"
+    # "bfloat16": the forward and backward under torch.autocast to bfloat16 (mixed precision: float32 weights,
+    # optimizer state, loss and gradients); "float32": none
+    dtype: str = "float32"
 
     def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.packing not in PACKINGS:
             raise ValueError(f"packing must be one of {', '.join(PACKINGS)}, got {self.packing!r}")
         if self.steps < 1 or self.batch_size < 1:
@@ -164,7 +170,15 @@ def lr_at(step: int, cfg: SFTConfig) -> float:
     return cfg.lr * (1.0 - (1.0 - cfg.min_lr_ratio) * frac)
 
 
-def batch_loss(model: Any, batch: Sequence[SFTExample], max_len: int, pad_id: int, *, packed: bool) -> Any:
+def batch_loss(
+    model: Any,
+    batch: Sequence[SFTExample],
+    max_len: int,
+    pad_id: int,
+    *,
+    packed: bool,
+    dtype: str = "float32",
+) -> Any:
     """Mean token cross-entropy (a scalar tensor, nats/token) of ``model`` over the loss-mask-1 tokens of
     ``batch``, each example cut to its first ``max_len`` tokens.
 
@@ -175,9 +189,23 @@ def batch_loss(model: Any, batch: Sequence[SFTExample], max_len: int, pad_id: in
     loss up to floating-point rounding (each token sees exactly its own example's earlier tokens at the
     same positions).
 
+    ``dtype="bfloat16"``: the model's forward runs under `torch.autocast` to bfloat16 on the model's device (its
+    matrix products in bfloat16, float32 weights; the logits are upcast before the loss), so ``backward`` of
+    the returned loss runs in the same mixed precision.
+
     Raises:
-        ValueError: no loss-mask-1 token in the batch.
+        ValueError: no loss-mask-1 token in the batch, or an unknown ``dtype``.
     """
+    import torch
+
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    device = next(model.parameters()).device
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
+        return _batch_loss(model, batch, max_len, pad_id, packed=packed)
+
+
+def _batch_loss(model: Any, batch: Sequence[SFTExample], max_len: int, pad_id: int, *, packed: bool) -> Any:
     import torch
 
     device = next(model.parameters()).device
@@ -271,7 +299,7 @@ def train_sft(
         if len(order) < cfg.batch_size:
             order += [int(i) for i in rng.permutation(len(data))]
         batch = [data[order.pop()] for _ in range(cfg.batch_size)]
-        loss = batch_loss(model, batch, cfg.max_len, pad_id, packed=packed)
+        loss = batch_loss(model, batch, cfg.max_len, pad_id, packed=packed, dtype=cfg.dtype)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
         opt.zero_grad(set_to_none=True)

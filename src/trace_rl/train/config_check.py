@@ -156,6 +156,12 @@ def validate(cfg: TrainConfig) -> None:
         "only seq-mean-token-sum-norm uses a constant length normaliser; leave it 0",
     )
     need(
+        cfg.policy.sft_dtype in ("float32", "bfloat16"),
+        "policy.sft_dtype",
+        "must be float32 or bfloat16 (the warm start under autocast to bfloat16), "
+        f"got {cfg.policy.sft_dtype!r}",
+    )
+    need(
         cfg.optim.packing in ("tree", "none"),
         "optim.packing",
         "must be tree (shared prefixes computed once per minibatch) or none (padded rows, one per path), "

@@ -76,12 +76,21 @@ def folder_hash(folder: str | Path) -> str:
     return f"sha256:{digest.hexdigest()}"
 
 
+LATER_KEYS = {"policy.sft_dtype": "float32"}
+"""Warm-start keys added after manifests were first written, with the value every earlier warm start had: a key
+at that value is left out of `warm_start_config`, so the warm starts kept before it still match."""
+
+
 def warm_start_config(cfg: TrainConfig) -> dict[str, Any]:
     """The config keys a warm start depends on: the whole ``policy`` section (its model and SFT settings), the
     task data (``env.name``, ``data_seed``, ``train_limit``, ``eval_tasks``, ``task_kwargs``: the warm-start
     tasks are kept apart from the held-out set and the RL pool), ``env.max_turns`` and
-    ``sampling.max_new_tokens`` (the probes' episodes) and ``seed``. Flat ``section.key`` names."""
+    ``sampling.max_new_tokens`` (the probes' episodes) and ``seed``. Flat ``section.key`` names; a key of
+    `LATER_KEYS` at its earlier value is left out."""
     out: dict[str, Any] = {f"policy.{k}": v for k, v in dataclasses.asdict(cfg.policy).items()}
+    for key, earlier in LATER_KEYS.items():
+        if out.get(key) == earlier:
+            del out[key]
     for key in ("name", "data_seed", "train_limit", "eval_tasks", "task_kwargs", "max_turns"):
         out[f"env.{key}"] = getattr(cfg.env, key)
     out["sampling.max_new_tokens"] = cfg.sampling.max_new_tokens
