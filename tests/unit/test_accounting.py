@@ -349,7 +349,10 @@ def test_a_later_warm_start_key_at_its_earlier_value_keeps_old_manifests_matchin
     assert config_differences(recorded, warm_start_config(cfg)) == []
     bf16 = load_config(preset="agentic", overrides=["policy.sft_dtype=bfloat16"])
     assert config_differences(recorded, warm_start_config(bf16)) == [
-        "policy.sft_dtype: '<absent>' -> 'bfloat16'"
+        "policy.sft_dtype: 'float32' -> 'bfloat16'"
+    ]
+    assert config_differences(warm_start_config(bf16), recorded) == [
+        "policy.sft_dtype: 'bfloat16' -> 'float32'"
     ]
     with pytest.raises(ConfigError, match=r"policy\.sft_dtype"):
         load_config(preset="agentic", overrides=["policy.sft_dtype=float16"])

@@ -128,10 +128,12 @@ def read_manifest(policy_dir: str | Path) -> dict[str, Any] | None:
 
 
 def config_differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """``key: recorded -> current`` for every key whose value differs between two flat config dicts."""
+    """``key: recorded -> current`` for every key whose value differs between two flat config dicts (a
+    `LATER_KEYS` key that one of them leaves out is shown at its earlier value)."""
     keys = sorted(set(recorded) | set(current))
+    shown = {k: LATER_KEYS.get(k, "<absent>") for k in keys}
     return [
-        f"{k}: {recorded.get(k, '<absent>')!r} -> {current.get(k, '<absent>')!r}"
+        f"{k}: {recorded.get(k, shown[k])!r} -> {current.get(k, shown[k])!r}"
         for k in keys
         if recorded.get(k) != current.get(k)
     ]
