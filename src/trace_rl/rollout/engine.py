@@ -45,7 +45,7 @@ DEFER_SHARE = 0.9
 PREFILL_FORWARD_TOKENS = 32
 """What one more prefill forward costs beyond its tokens, in padded tokens (`length_groups`): measured on the
 2-core CPU with the tiny policy, a forward's fixed work (weights streamed once, Python per layer) is about 4 ms,
-a prefill token about 0.2 ms (docs/benchmarks.md, "Prefill grouped by length")."""
+a prefill token about 0.2-0.3 ms (docs/benchmarks.md, "Prefill grouped by length, decode spans by cost")."""
 
 
 @dataclass

@@ -187,10 +187,10 @@ def cache_spans(
     Where spans start is `span_cuts` (an idle row or a short row inside a span is read up to the span's
     longest row; one more span costs a few operations per layer: ``span_positions`` positions of one query,
     so ``span_positions // length`` for ``length`` queries per row). Returns per span (lo, hi, a, b, total,
-    local, mask): cache rows lo..hi-1, of which rows[a:b] are computed; total = 1 + the span's last position (keys read); local = the computed
-    rows' offsets in the span (None when there is no idle row); mask = bool (rows, 1, L, total), True where
-    a query may attend (causal from each row's start; None for decode when all rows end at the same
-    position). Idle rows see every key. Tensors are on `device`.
+    local, mask): cache rows lo..hi-1, of which rows[a:b] are computed; total = 1 + the span's last position
+    (keys read); local = the computed rows' offsets in the span (None when there is no idle row); mask =
+    bool (rows, 1, L, total), True where a query may attend (causal from each row's start; None for decode
+    when all rows end at the same position). Idle rows see every key. Tensors are on `device`.
     """
     # a span's fixed cost is the same for any query length, each position read costs `length` times more
     cuts = span_cuts(rows.tolist(), (start + length).tolist(), max(1, span_positions // length))

@@ -85,7 +85,7 @@ class PolicySection:
             stop-rule probes then use SFT prompts, and one more probe on the RL pool feeds the predictor.
             None: the RL pool's tasks.
         sft_dtype: "float32" (default) or "bfloat16": the warm start's forward and backward under
-            `torch.autocast` to bfloat16 (mixed precision: float32 weights, AdamW state and loss), about 1.8x
+            `torch.autocast` to bfloat16 (mixed precision: float32 weights, AdamW state and loss), about 1.6x
             faster per step on a CPU with AMX or AVX512-BF16 (docs/benchmarks.md); it changes the warm start's
             trajectory, so it is part of the warm start's recorded config. RL updates and rollouts stay float32.
     """
