@@ -269,14 +269,14 @@ class LocalEngine:
             logits = torch.empty(
                 len(batch), self.model.config.vocab_size, dtype=torch.float32, device=self.device
             )
+            tails, starts = np.asarray(lengths), start.numpy()
             for group in length_groups(lengths, PREFILL_FORWARD_TOKENS):
                 order = group[np.argsort(rows[group])]
-                tail = int(max(lengths[i] for i in order))
                 logits[torch.from_numpy(order).to(self.device)] = self._forward_rows(
                     rows[order],
-                    ids[order, :tail].to(self.device),
-                    start.numpy()[order],
-                    np.asarray(lengths)[order] - 1,
+                    ids[order, : int(tails[order].max())].to(self.device),
+                    starts[order],
+                    tails[order] - 1,
                 )
         else:
             logits = self._forward(
