@@ -11,7 +11,12 @@ torch = pytest.importorskip("torch")
 
 from trace_rl.rollout.backends import SamplingParams  # noqa: E402
 from trace_rl.rollout.engine import LocalEngine, completion_seed, length_groups  # noqa: E402
-from trace_rl.rollout.engine_forward import cache_spans, span_cuts  # noqa: E402
+from trace_rl.rollout.engine_forward import (  # noqa: E402
+    cache_spans,
+    forward_groups,
+    forward_reference,
+    span_cuts,
+)
 from trace_rl.rollout.sampling import sample_tokens  # noqa: E402
 
 PROMPT = list(range(5, 40))  # 35 arbitrary ids of the 512-token vocabulary
@@ -241,11 +246,21 @@ def _mixed_workload(eng):
     return [asyncio.run(gap()), *asyncio.run(run())]
 
 
-def test_fast_forward_matches_reference_engine_and_model(tiny_policy):
-    # The fast forward (active rows only, attention on cache views per span) against the original forward
-    # (fast_decode=False) on the same requests: same tokens, log-probabilities within 1e-4 of each other and
-    # of the model's own forward, while spans with idle rows, masks for unequal lengths and several spans
-    # per step all occur (max_rows 24 > max_batch 12 leaves parked rows between active ones).
+def test_fast_forward_matches_reference_engine_and_model(tiny_policy, monkeypatch):
+    # The fast forward (active rows only, attention on cache views per span, admitted prompts in the decode
+    # step's forward) against the original forward and schedule (fast_decode=False) on the same requests: same
+    # tokens, log-probabilities within 1e-4 of each other and of the model's own forward, while spans with idle
+    # rows, masks for unequal lengths, several spans per step and decode steps that also prefill all occur
+    # (max_rows 24 > max_batch 12 leaves parked rows between active ones).
+    import trace_rl.rollout.engine as engine_module
+
+    query_lengths = []  # per forward of the fast engine: each group's query length
+
+    def groups_seen(model, k, v, groups):
+        query_lengths.append([g[1].shape[1] for g in groups])
+        return forward_groups(model, k, v, groups)
+
+    monkeypatch.setattr(engine_module, "forward_groups", groups_seen)
     spans_seen = []
     fast = LocalEngine(tiny_policy, max_batch=12, max_rows=24)
     spans = fast._spans
@@ -260,6 +275,7 @@ def test_fast_forward_matches_reference_engine_and_model(tiny_policy):
     got = _mixed_workload(fast)
     ref = _mixed_workload(LocalEngine(tiny_policy, max_batch=12, max_rows=24, fast_decode=False))
     assert fast.stats.decode_steps > 20
+    assert any(lengths[0] == 1 and len(lengths) > 1 for lengths in query_lengths)  # decode + prefill in one
     assert any(len(s) > 1 for s in spans_seen)  # several spans in one step
     assert any(sp[5] is not None for s in spans_seen for sp in s)  # a span with idle rows
     assert any(sp[6] is not None for s in spans_seen for sp in s)  # a span with rows of unequal lengths
@@ -278,6 +294,47 @@ def test_fast_forward_matches_reference_engine_and_model(tiny_policy):
             for c in cs:
                 ref_lp = reference_logprobs(tiny_policy.model, prompt + c.token_ids.tolist(), len(prompt))
                 np.testing.assert_allclose(c.logprobs, ref_lp, atol=1e-4)
+
+
+def test_forward_groups_equals_each_group_alone(tiny_policy):
+    # a decode step (rows 0-4, unequal lengths, row 2 idle) and two prefill groups of other lengths in one pass
+    # of the weights: the same logits and the same keys/values in the cache as three separate forwards of the
+    # original (reference) forward
+    cfg = tiny_policy.model.config
+    rng = np.random.default_rng(0)
+    shape = (12, cfg.num_key_value_heads, 64, cfg.head_dim)
+    k0 = [
+        torch.from_numpy(rng.standard_normal(shape).astype(np.float32)) for _ in range(cfg.num_hidden_layers)
+    ]
+    v0 = [
+        torch.from_numpy(rng.standard_normal(shape).astype(np.float32)) for _ in range(cfg.num_hidden_layers)
+    ]
+    cpu = torch.device("cpu")
+
+    def group(rows, start, length, last=None):
+        rows, start = np.asarray(rows), np.asarray(start)
+        ids = torch.from_numpy(rng.integers(0, 512, (rows.size, length)))
+        return (rows, ids, start, cache_spans(rows, start, length, cpu, span_positions=8), last)
+
+    groups = [
+        group([0, 1, 3, 4], [20, 23, 9, 30], 1),
+        group([6, 8], [5, 12], 7, np.array([6, 3])),  # right-padded: row 8's tail is 4 tokens
+        group([9], [0], 20),
+    ]
+    k1, v1 = [k.clone() for k in k0], [v.clone() for v in v0]
+    alone = torch.cat(
+        [
+            forward_reference(tiny_policy.model, k1, v1, rows, ids, torch.from_numpy(start), last=last)
+            for rows, ids, start, _, last in groups
+        ]
+    )
+    k2, v2 = [k.clone() for k in k0], [v.clone() for v in v0]
+    together = forward_groups(tiny_policy.model, k2, v2, groups)
+    assert together.shape == (7, cfg.vocab_size)
+    torch.testing.assert_close(together, alone, rtol=1e-5, atol=1e-5)
+    for a, b in zip(k1 + v1, k2 + v2, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert any(not torch.equal(a, b) for a, b in zip(k0, k2, strict=True))  # the forward did write keys
 
 
 def test_length_groups_pad_short_tails_apart_from_long_ones():

@@ -14,13 +14,14 @@ from typing import Any
 
 def register(sub: Any) -> None:
     from trace_rl.allocation import METHODS
+    from trace_rl.train.config import preset_names
 
     p = sub.add_parser("train", help="train a policy with TRACE or a baseline at equal budget")
     src = p.add_mutually_exclusive_group()
     src.add_argument(
         "--preset",
         default=None,
-        help="a shipped preset (smoke, demo, multistep, smollm2-math, bfcl, multihop_qa)",
+        help=f"a shipped preset ({', '.join(preset_names())})",
     )
     src.add_argument("--config", default=None, metavar="FILE", help="a YAML config file")
     p.add_argument(  # not in the group: combined with --preset/--config it gets its own one-line error

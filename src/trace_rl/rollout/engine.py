@@ -14,13 +14,16 @@ Design (docs/rollout.md):
 - Each decode step runs every active row at once (one token each) and samples; a row that samples a stop id
   or reaches its limit leaves the batch at once and its request resolves when all its n rows are done, so
   episodes that finish a turn early re-enter with their next turn while the others still decode (no lockstep).
+  The prompts admitted before a step are prefilled in that step's forward (`forward_groups`: one pass of the
+  weights for the decode rows and every prefill group), so an episode returning with its observation costs
+  its tokens, not a forward of its own.
 - Sampling: temperature, top-p, per-completion generators seeded from (seed, completion index), so a
   completion does not depend on what else is in the batch (up to floating-point differences of batched
   matrix products).
 
-Modules: the batched forward over the cache is `rollout/engine_forward.py` (`_forward_rows`, issue 38: only
-the rows it is given, attention on cache views; `fast_decode=False` keeps the original forward as a
-reference), the sampler `rollout/sampling.py`; this module schedules requests and manages the cache rows.
+Modules: the batched forward over the cache is `rollout/engine_forward.py` (`forward_groups`, issue 38: only
+the rows it is given, attention on cache views; `fast_decode=False` keeps the original forward and schedule as
+a reference), the sampler `rollout/sampling.py`; this module schedules requests and manages the cache rows.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import numpy as np
 import torch
 
 from trace_rl.rollout.backends import Completion, SamplingParams, completion_seed
-from trace_rl.rollout.engine_forward import Span, cache_spans, forward_reference, forward_rows
+from trace_rl.rollout.engine_forward import Group, Span, cache_spans, forward_groups, forward_reference
 from trace_rl.rollout.sampling import sample_tokens
 
 SUPPORTED = ("llama", "qwen2", "qwen3")
@@ -43,9 +46,11 @@ FREE, ACTIVE, PARKED = 0, 1, 2
 DEFER_TOKENS = 8
 DEFER_SHARE = 0.9
 PREFILL_FORWARD_TOKENS = 32
-"""What one more prefill forward costs beyond its tokens, in padded tokens (`length_groups`): measured on the
-2-core CPU with the tiny policy, a forward's fixed work (weights streamed once, Python per layer) is about 4 ms,
-a prefill token about 0.2-0.3 ms (docs/benchmarks.md, "Prefill grouped by length, decode spans by cost")."""
+"""What one more prefill group costs beyond its tokens, in padded tokens (`length_groups`). Measured when each
+group was a forward of its own (on the 2-core CPU with the tiny policy a forward's fixed work, weights streamed
+once and Python per layer, is about 4 ms, a prefill token about 0.2-0.3 ms; docs/benchmarks.md, "Prefill grouped
+by length, decode spans by cost"); since the groups share one forward (`forward_groups`) a group costs only its
+attention calls, so this overstates it and errs toward fewer, more padded groups."""
 
 
 @dataclass
@@ -89,10 +94,12 @@ class LocalEngine:
         max_batch: at most this many rows decode at once (a request with n > max_batch still runs, alone).
         max_rows: rows kept in the cache (active + parked); parked rows are evicted least recently used first.
         max_context: longest sequence (prompt + completion) in tokens; longer prompts raise ValueError.
-        fast_decode: every forward (decode steps and prefill) computes only its own rows, with attention over
-            views of the cache (`_forward_rows`); False runs the engine's original forward (decode over the
-            slice 0..max active row, prefill on gathered copies of its rows), kept as the reference the fast one
-            is tested against. Same tokens and log-probabilities up to floating-point rounding (about 1e-6).
+        fast_decode: every forward computes only its own rows, with attention over views of the cache, and
+            runs a decode step and the prefill of the prompts admitted before it in one pass of the weights
+            (`forward_groups`); False runs the engine's original forward and schedule (a prefill forward, then
+            a decode step over the slice 0..max active row; prefill on gathered copies of its rows), kept as
+            the reference the fast one is tested against. Same tokens and log-probabilities up to
+            floating-point rounding (about 1e-6).
 
     Raises:
         ValueError: unsupported model type or bad arguments.
@@ -189,9 +196,14 @@ class LocalEngine:
     async def _run(self) -> None:
         try:
             while self._pending or self._rows:
-                self._admit()
-                if self._rows:
-                    self._decode_step()
+                batch = self._admit()
+                if self.fast_decode:  # one forward: the active rows' next tokens and the admitted prompts
+                    self._step(batch)
+                else:  # the original schedule: prefill, then a decode step that includes the new rows
+                    if batch:
+                        self._prefill(batch)
+                    if self._rows:
+                        self._decode_step()
                 await asyncio.sleep(0)  # let finished episodes step their envs and submit their next turn
         except BaseException as exc:  # resolve every waiter: a dead worker must not hang its callers
             for req in self._pending + [r.request for r in self._rows.values()]:
@@ -202,8 +214,9 @@ class LocalEngine:
             self._state[self._state == ACTIVE] = FREE
             raise
 
-    def _admit(self) -> None:
-        """Admit pending requests (FIFO) up to max_batch rows and prefill them in one batched forward.
+    def _admit(self) -> list[tuple[_Request, int, int]]:
+        """Admit pending requests (FIFO) up to max_batch rows: give each a cache row (copying the longest cached
+        prefix of its prompt) and return them as (request, row, cached prefix length), to be prefilled.
 
         A request whose uncached tail is mostly (>= DEFER_SHARE) a prefix it shares with a prompt of this
         admission round waits one round, so that k requests for one uncached prefix compute it once (the
@@ -230,7 +243,7 @@ class LocalEngine:
             busy += req.n
         self._pending[:0] = waiting
         if not chosen:
-            return
+            return []
         rows: list[int] = [-1] * len(chosen)
         taken: set[int] = set()
         for i, (_, src, lcp) in enumerate(chosen):
@@ -251,37 +264,74 @@ class LocalEngine:
             self._cached[rows[i]] = lcp
             self._state[rows[i]] = ACTIVE
             self._tok[rows[i], : req.prompt.size] = req.prompt
-        self._prefill([(req, rows[i], lcp) for i, (req, _, lcp) in enumerate(chosen)])
+        return [(req, rows[i], lcp) for i, (req, _, lcp) in enumerate(chosen)]
 
-    def _prefill(self, batch: list[tuple[_Request, int, int]]) -> None:
-        """Run every admitted prompt's uncached tail in one right-padded forward, fork n-1 copies, sample."""
-        lengths = [req.prompt.size - lcp for req, _, lcp in batch]
-        width = max(lengths)
-        ids = torch.zeros(len(batch), width, dtype=torch.long)
+    def _step(self, batch: list[tuple[_Request, int, int]]) -> None:
+        """One forward of the fast path (`forward_groups`): the active rows' next tokens (one decode step) and the
+        uncached tails of the admitted prompts, grouped by similar tail length (`length_groups`, each group
+        padded to its own longest); then sample both. A returning episode's observation is computed in the same
+        pass of the weights as everyone else's next token, instead of a forward of its own; the new rows join
+        the decode batch at the next step."""
+        groups: list[Group] = []
+        decode = self._decode_inputs() if self._rows else None
+        if decode is not None:
+            active, _, pending = decode
+            ids = torch.from_numpy(pending[:, None]).to(self.device)
+            groups.append(
+                (active, ids, self._cached[active], self._spans(active, self._cached[active], 1), None)
+            )
+        order = np.zeros(0, np.int64)
+        if batch:
+            ids, rows, start, lengths = self._prefill_inputs(batch)
+            orders = []
+            for group in length_groups(lengths.tolist(), PREFILL_FORWARD_TOKENS):
+                o = group[np.argsort(rows[group])]
+                width = int(lengths[o].max())
+                spans = self._spans(rows[o], start[o], width)
+                groups.append((rows[o], ids[o, :width].to(self.device), start[o], spans, lengths[o] - 1))
+                orders.append(o)
+            order = np.concatenate(orders)
+        if not groups:
+            return
+        t0 = time.perf_counter()
+        logits = forward_groups(self.model, self._k, self._v, groups)
+        self.stats.forward_seconds += time.perf_counter() - t0
+        n_decode = 0 if decode is None else decode[0].size
+        if batch:
+            prefill = torch.empty_like(logits[n_decode:])
+            prefill[torch.from_numpy(order).to(self.device)] = logits[n_decode:]
+            self._start_rows(batch, prefill)
+        if decode is not None:
+            self._decode_finish(decode[0], decode[1], logits[:n_decode])
+
+    def _prefill_inputs(
+        self, batch: list[tuple[_Request, int, int]]
+    ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
+        """The admitted prompts' uncached tails: right-padded ids (B, W) on the CPU, cache rows (B,), cached prefix
+        lengths (B,) and tail lengths (B,); counts prefill and reused tokens and makes room for the tails."""
+        lengths = np.asarray([req.prompt.size - lcp for req, _, lcp in batch], np.int64)
+        ids = torch.zeros(len(batch), int(lengths.max()), dtype=torch.long)
         for i, (req, _, lcp) in enumerate(batch):
             ids[i, : lengths[i]] = torch.as_tensor(req.prompt[lcp:])
-            self.stats.prefill_tokens += lengths[i]
+            self.stats.prefill_tokens += int(lengths[i])
             self.stats.reused_tokens += lcp
         rows = np.asarray([row for _, row, _ in batch], np.int64)
-        start = torch.as_tensor([lcp for _, _, lcp in batch], dtype=torch.long)
-        self._ensure_positions(int(start.max()) + width + 1)
-        if self.fast_decode:  # one forward per group of similar tail lengths, each padded to its own longest
-            logits = torch.empty(
-                len(batch), self.model.config.vocab_size, dtype=torch.float32, device=self.device
-            )
-            tails, starts = np.asarray(lengths), start.numpy()
-            for group in length_groups(lengths, PREFILL_FORWARD_TOKENS):
-                order = group[np.argsort(rows[group])]
-                logits[torch.from_numpy(order).to(self.device)] = self._forward_rows(
-                    rows[order],
-                    ids[order, : int(tails[order].max())].to(self.device),
-                    starts[order],
-                    tails[order] - 1,
-                )
-        else:
-            logits = self._forward(
-                rows, ids.to(self.device), start.to(self.device), last=np.asarray(lengths) - 1
-            )
+        start = np.asarray([lcp for _, _, lcp in batch], np.int64)
+        self._ensure_positions(int((start + lengths).max()) + 1)
+        return ids, rows, start, lengths
+
+    def _prefill(self, batch: list[tuple[_Request, int, int]]) -> None:
+        """The original prefill (`fast_decode=False`): every admitted tail in one right-padded forward, then
+        `_start_rows`."""
+        ids, rows, start, lengths = self._prefill_inputs(batch)
+        logits = self._forward(
+            rows, ids.to(self.device), torch.from_numpy(start).to(self.device), last=lengths - 1
+        )
+        self._start_rows(batch, logits)
+
+    def _start_rows(self, batch: list[tuple[_Request, int, int]], logits: torch.Tensor) -> None:
+        """After the prefill: each request's prompt is cached in its row, n-1 forks copy it, every completion
+        samples its first token from ``logits`` (B, V), the prompt's last-position logits."""
         for i, (req, row, _) in enumerate(batch):
             self._cached[row] = req.prompt.size
             forks = [row]
@@ -329,24 +379,30 @@ class LocalEngine:
                 ]
             )
 
-    def _decode_step(self) -> None:
+    def _decode_inputs(self) -> tuple[np.ndarray, list[_Row], np.ndarray]:
+        """The active rows (ascending), their states and their pending tokens, which are written to the rows'
+        token ids (their keys/values are computed by the coming decode step)."""
         active = np.fromiter(self._rows.keys(), dtype=np.int64)
         active.sort()
         rows = [self._rows[int(r)] for r in active]
         pending = np.fromiter((r.pending for r in rows), dtype=np.int64, count=len(rows))
         self._ensure_positions(int(self._cached[active].max()) + 2)
         self._tok[active, self._cached[active]] = pending
-        if self.fast_decode:
-            ids = torch.from_numpy(pending[:, None]).to(self.device)
-            logits = self._forward_rows(active, ids, self._cached[active])
-        else:
-            hi = int(active[-1]) + 1
-            ids = torch.zeros(hi, 1, dtype=torch.long)
-            start = torch.zeros(hi, dtype=torch.long)
-            ids[active, 0] = torch.from_numpy(pending)
-            start[active] = torch.as_tensor(self._cached[active])
-            logits = self._forward(slice(0, hi), ids.to(self.device), start.to(self.device), write=active)
-            logits = logits[torch.as_tensor(active, device=logits.device)]
+        return active, rows, pending
+
+    def _decode_step(self) -> None:
+        """The original decode step (`fast_decode=False`): rows 0..max active through `forward_reference`."""
+        active, rows, pending = self._decode_inputs()
+        hi = int(active[-1]) + 1
+        ids = torch.zeros(hi, 1, dtype=torch.long)
+        start = torch.zeros(hi, dtype=torch.long)
+        ids[active, 0] = torch.from_numpy(pending)
+        start[active] = torch.as_tensor(self._cached[active])
+        logits = self._forward(slice(0, hi), ids.to(self.device), start.to(self.device), write=active)
+        self._decode_finish(active, rows, logits[torch.as_tensor(active, device=logits.device)])
+
+    def _decode_finish(self, active: np.ndarray, rows: list[_Row], logits: torch.Tensor) -> None:
+        """After a decode step: the pending tokens are cached; each row samples its next token from ``logits``."""
         self._cached[active] += 1
         self.stats.decode_steps += 1
         toks, lps = sample_tokens(logits, [r.request.sampling for r in rows], [r.generator for r in rows])
@@ -446,9 +502,8 @@ class LocalEngine:
     ) -> torch.Tensor:
         """`forward_rows` over this engine's cache (only the given rows, attention on cache views), timed."""
         t0 = time.perf_counter()
-        with torch.inference_mode():
-            spans = self._spans(rows, start, ids.shape[1])
-            logits = forward_rows(self.model, self._k, self._v, rows, ids, start, spans, last)
+        spans = self._spans(rows, start, ids.shape[1])
+        logits = forward_groups(self.model, self._k, self._v, [(rows, ids, start, spans, last)])
         self.stats.forward_seconds += time.perf_counter() - t0
         return logits
 

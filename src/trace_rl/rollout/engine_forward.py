@@ -9,7 +9,8 @@ optional q/k norms, rotary embedding, gated MLP), reusing the model's own module
 - `forward_rows` (issue 38) computes only the rows it is given (a decode step: the active ones) and reads the
   cache in place, per span of nearby rows up to that span's longest row (`cache_spans`). On a CPU a decode
   step is bound by memory traffic: the weights (once per step) and every active row's cached keys and values
-  (docs/benchmarks.md).
+  (docs/benchmarks.md). `forward_groups` runs several such groups with different query lengths (a decode
+  step and the prefill of returning episodes' observations) in one pass of the weights.
 - `forward_reference` is the original forward (`LocalEngine(fast_decode=False)`), kept as the reference the
   fast one is tested against.
 """
@@ -98,6 +99,10 @@ def forward_reference(
     return logits.float()
 
 
+Group = tuple[np.ndarray, torch.Tensor, np.ndarray, list[Span], np.ndarray | None]
+"""One group of `forward_groups`: (rows, ids (R, L), start (R,), spans, last): the arguments of `forward_rows`."""
+
+
 @torch.inference_mode()
 def forward_rows(
     model: Any,
@@ -118,61 +123,108 @@ def forward_rows(
     attends with two batched products over the G query heads of each key/value head (no key/value repeat;
     float32); prefill (L > 1) and other dtypes with scaled_dot_product_attention on the views.
     """
+    return forward_groups(model, k_cache, v_cache, [(rows, ids, start, spans, last)])
+
+
+@torch.inference_mode()
+def forward_groups(
+    model: Any, k_cache: list[torch.Tensor], v_cache: list[torch.Tensor], groups: list[Group]
+) -> torch.Tensor:
+    """`forward_rows` of several groups in one pass of the weights: logits (sum of R, V) float32, group by group.
+
+    Each group is (rows, ids (R, L), start, spans, last) as `forward_rows` takes them, with its own query length
+    L (a decode step's active rows with L = 1 next to the prefill of returning episodes' observations, issue
+    38): the projections, norms and MLP run once over the tokens of every group (the weights are read once per
+    forward, not once per group); keys/values are stored and attention reads the cache per group, exactly as
+    `forward_rows` does for that group alone. No cache row may appear in two groups.
+    """
     m = model.model
     dev = k_cache[0].device
-    n_kv, hd = k_cache[0].shape[1], k_cache[0].shape[3]
-    n, length = ids.shape
-    rows_t = torch.from_numpy(rows).to(dev)
-    pos = torch.from_numpy(start[:, None] + np.arange(length)[None, :]).to(dev)  # (R, L)
-    # decode in float32: two batched products per span (lower precisions go through SDPA, whose softmax
-    # accumulates in float32)
-    manual = length == 1 and k_cache[0].dtype == torch.float32
-    hidden = {sp[0]: ~sp[6] for sp in spans if manual and sp[6] is not None}  # keys a row must not see
-    x = m.embed_tokens(ids)  # (R, L, H)
-    cos, sin = m.rotary_emb(x, pos)  # (R, L, D)
-    cos, sin = cos[:, None], sin[:, None]
+    hd = k_cache[0].shape[3]
+    # per group: (token offset, rows, L, spans, keys each row must not see: the decode path's masks, or None)
+    parts: list[tuple[int, int, int, list[Span], dict[int, torch.Tensor] | None]] = []
+    cache_rows, positions, picks = [], [], []
+    offset = 0
+    for rows, ids, start, spans, last in groups:
+        n, length = ids.shape
+        # decode in float32: two batched products per span (lower precisions go through SDPA, whose softmax
+        # accumulates in float32)
+        manual = length == 1 and k_cache[0].dtype == torch.float32
+        hidden = {sp[0]: ~sp[6] for sp in spans if sp[6] is not None} if manual else None
+        parts.append((offset, n, length, spans, hidden))
+        cache_rows.append(np.repeat(rows, length))
+        positions.append((start[:, None] + np.arange(length)[None, :]).reshape(-1))
+        picks.append(offset + np.arange(n) * length + (length - 1 if last is None else last))
+        offset += n * length
+    tokens = offset
+    flat = torch.cat([g[1].reshape(-1) for g in groups]) if len(groups) > 1 else groups[0][1].reshape(-1)
+    rows_t = torch.from_numpy(np.concatenate(cache_rows)).to(dev)
+    pos = torch.from_numpy(np.concatenate(positions)).to(dev)
+    x = m.embed_tokens(flat)[None]  # (1, N, H): every token of every group
+    cos, sin = m.rotary_emb(x, pos[None])  # (1, N, D)
+    cos, sin = cos[0, :, None], sin[0, :, None]  # (N, 1, D)
     for layer, kc, vc in zip(m.layers, k_cache, v_cache, strict=True):
         attn = layer.self_attn
         h = rms_norm(layer.input_layernorm, x)
-        shape = (n, length, -1, hd)
-        q = attn.q_proj(h).view(shape)
-        k = attn.k_proj(h).view(shape)
-        v = attn.v_proj(h).view(shape)
+        q = attn.q_proj(h).view(tokens, -1, hd)  # (N, heads, D)
+        k = attn.k_proj(h).view(tokens, -1, hd)
+        v = attn.v_proj(h).view(tokens, -1, hd)
         if hasattr(attn, "q_norm"):
             q, k = rms_norm(attn.q_norm, q), rms_norm(attn.k_norm, k)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (R, heads, L, D)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
-        kc[rows_t[:, None], :, pos] = k.transpose(1, 2)
-        vc[rows_t[:, None], :, pos] = v
-        outs = []
-        for lo, hi, a, b, total, local, mask in spans:
-            qs = q[a:b]
-            if local is not None:  # idle rows inside the span get zero queries; their output is dropped
-                qs = q.new_zeros(hi - lo, *q.shape[1:])
-                qs[local] = q[a:b]
-            keys, values = kc[lo:hi, :, :total], vc[lo:hi, :, :total]  # views
-            if manual:
-                qs = (qs * attn.scaling).reshape(hi - lo, n_kv, -1, hd)  # (rows, KV, G, D)
-                scores = torch.matmul(qs, keys.transpose(-1, -2))  # (rows, KV, G, T)
-                if mask is not None:
-                    scores.masked_fill_(hidden[lo], float("-inf"))
-                o = torch.matmul(scores.softmax(-1), values).reshape(hi - lo, 1, -1)
-            else:
-                o = F.scaled_dot_product_attention(
-                    qs, keys, values, attn_mask=mask, scale=attn.scaling, enable_gqa=True
-                )
-                o = o.transpose(1, 2).reshape(hi - lo, length, -1)  # (rows, L, Hq * D)
-            outs.append(o if local is None else o[local])
+        kc[rows_t, :, pos] = k
+        vc[rows_t, :, pos] = v
+        outs = [
+            _attend(
+                q[off : off + n * length].view(n, length, -1, hd).transpose(1, 2), kc, vc, spans, hidden, attn
+            )
+            for off, n, length, spans, hidden in parts
+        ]
         out = outs[0] if len(outs) == 1 else torch.cat(outs)
-        x = x + attn.o_proj(out)
+        x = x + attn.o_proj(out[None])
         x = x + layer.mlp(rms_norm(layer.post_attention_layernorm, x))
-    if last is None:
-        x = x[:, -1]
-    else:
-        x = x[torch.arange(n, device=dev), torch.from_numpy(last).to(dev)]
-    logits: torch.Tensor = model.lm_head(rms_norm(m.norm, x))
+    last_tokens = x[0, torch.from_numpy(np.concatenate(picks)).to(dev)]
+    logits: torch.Tensor = model.lm_head(rms_norm(m.norm, last_tokens))
     return logits.float()
+
+
+def _attend(
+    q: torch.Tensor,
+    kc: torch.Tensor,
+    vc: torch.Tensor,
+    spans: list[Span],
+    hidden: dict[int, torch.Tensor] | None,
+    attn: Any,
+) -> torch.Tensor:
+    """Attention of one group's queries q (R, heads, L, D) over one layer's cache, span by span: (R * L, heads * D).
+
+    ``hidden`` selects the decode path (L = 1, float32: two batched products per span) and holds the keys each
+    row of a masked span must not see, keyed by the span's first row; None sends the spans through SDPA with
+    their masks."""
+    n, _, length, hd = q.shape
+    n_kv = kc.shape[1]
+    outs = []
+    for lo, hi, a, b, total, local, mask in spans:
+        qs = q[a:b]
+        if local is not None:  # idle rows inside the span get zero queries; their output is dropped
+            qs = q.new_zeros(hi - lo, *q.shape[1:])
+            qs[local] = q[a:b]
+        keys, values = kc[lo:hi, :, :total], vc[lo:hi, :, :total]  # views
+        if hidden is not None:
+            qs = (qs * attn.scaling).reshape(hi - lo, n_kv, -1, hd)  # (rows, KV, G, D)
+            scores = torch.matmul(qs, keys.transpose(-1, -2))  # (rows, KV, G, T)
+            if mask is not None:
+                scores.masked_fill_(hidden[lo], float("-inf"))
+            o = torch.matmul(scores.softmax(-1), values).reshape(hi - lo, 1, -1)
+        else:
+            o = F.scaled_dot_product_attention(
+                qs, keys, values, attn_mask=mask, scale=attn.scaling, enable_gqa=True
+            )
+            o = o.transpose(1, 2).reshape(hi - lo, length, -1)  # (rows, L, Hq * D)
+        outs.append(o if local is None else o[local])
+    out = outs[0] if len(outs) == 1 else torch.cat(outs)
+    return out.reshape(n * length, -1)
 
 
 def cache_spans(
