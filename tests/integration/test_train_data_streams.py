@@ -121,3 +121,32 @@ def test_warm_start_trains_on_its_own_tasks_and_probes_the_rl_pool(tmp_path: Pat
     probe = json.loads((policy_dir / "probe_outcomes.json").read_text())
     assert probe["task_ids"] == [t.id for t in trainer.tasks[:4]]  # the predictor learns on the RL pool
     assert len(probe["rewards"]) == 4 and all(len(r) == 8 for r in probe["rewards"])
+
+
+def test_the_rl_pool_probe_samples_as_the_rollouts_and_the_stop_rule_at_temperature_1(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import json
+
+    import trace_rl.rollout.evaluate as evaluate
+
+    seen: list[tuple[float, float]] = []
+    sample_episodes = evaluate.sample_episodes
+
+    async def recording(engine, make_env, codec, prompts, sampling, **kwargs):
+        seen.append((sampling.temperature, sampling.top_p))
+        return await sample_episodes(engine, make_env, codec, prompts, sampling, **kwargs)
+
+    monkeypatch.setattr(evaluate, "sample_episodes", recording)
+    cfg = load_config(
+        preset="smoke",
+        overrides=[
+            *("policy.sft_steps=2", "policy.sft_evals=1", "policy.sft_probe_prompts=4", "policy.sft_batch=4"),
+            *("policy.require_jump=false", "threads=1", "env.train_limit=16"),
+            *("sampling.temperature=0.7", "sampling.top_p=0.9"),
+        ],
+    )
+    policy_dir = Trainer(cfg, tmp_path / "ws", log=lambda _: None).prepare_policy_only()
+    assert seen == [(1.0, 1.0), (0.7, 0.9)]  # the stop rule's probe, then the RL-pool probe
+    manifest = json.loads((policy_dir / "warm_start.json").read_text())
+    assert manifest["config"]["sampling.temperature"] == 0.7 and manifest["config"]["sampling.top_p"] == 0.9

@@ -356,3 +356,7 @@ def test_a_later_warm_start_key_at_its_earlier_value_keeps_old_manifests_matchin
     ]
     with pytest.raises(ConfigError, match=r"policy\.sft_dtype"):
         load_config(preset="agentic", overrides=["policy.sft_dtype=float16"])
+    # the RL-pool probe's sampling: left out at temperature 1 / top-p 1 (every earlier probe), recorded otherwise
+    assert "sampling.temperature" not in recorded and "sampling.top_p" not in recorded
+    hot = load_config(preset="agentic", overrides=["sampling.temperature=1.5"])
+    assert config_differences(recorded, warm_start_config(hot)) == ["sampling.temperature: 1.0 -> 1.5"]

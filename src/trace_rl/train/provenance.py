@@ -76,7 +76,7 @@ def folder_hash(folder: str | Path) -> str:
     return f"sha256:{digest.hexdigest()}"
 
 
-LATER_KEYS = {"policy.sft_dtype": "float32"}
+LATER_KEYS = {"policy.sft_dtype": "float32", "sampling.temperature": 1.0, "sampling.top_p": 1.0}
 """Warm-start keys added after manifests were first written, with the value every earlier warm start had: a key
 at that value is left out of `warm_start_config`, so the warm starts kept before it still match."""
 
@@ -85,15 +85,18 @@ def warm_start_config(cfg: TrainConfig) -> dict[str, Any]:
     """The config keys a warm start depends on: the whole ``policy`` section (its model and SFT settings), the
     task data (``env.name``, ``data_seed``, ``train_limit``, ``eval_tasks``, ``task_kwargs``: the warm-start
     tasks are kept apart from the held-out set and the RL pool), ``env.max_turns`` and
-    ``sampling.max_new_tokens`` (the probes' episodes) and ``seed``. Flat ``section.key`` names; a key of
-    `LATER_KEYS` at its earlier value is left out."""
+    ``sampling.max_new_tokens`` (the probes' episodes), ``sampling.temperature`` and ``sampling.top_p`` (the
+    RL-pool probe's sampling) and ``seed``. Flat ``section.key`` names; a key of `LATER_KEYS` at its earlier
+    value is left out."""
     out: dict[str, Any] = {f"policy.{k}": v for k, v in dataclasses.asdict(cfg.policy).items()}
-    for key, earlier in LATER_KEYS.items():
-        if out.get(key) == earlier:
-            del out[key]
     for key in ("name", "data_seed", "train_limit", "eval_tasks", "task_kwargs", "max_turns"):
         out[f"env.{key}"] = getattr(cfg.env, key)
     out["sampling.max_new_tokens"] = cfg.sampling.max_new_tokens
+    out["sampling.temperature"] = cfg.sampling.temperature
+    out["sampling.top_p"] = cfg.sampling.top_p
+    for key, earlier in LATER_KEYS.items():
+        if out.get(key) == earlier:
+            del out[key]
     out["seed"] = cfg.seed
     return json.loads(json.dumps(out))  # JSON-normal (tuples as lists), as it reads back from the manifest
 

@@ -3,7 +3,8 @@
 `warm_start_policy` trains the policy on the gold trajectories of the warm-start tasks (`trace_rl.policy.sft`;
 no RL-pool or held-out prompt among them, `trace_rl.train.hygiene`), probing it (8 samples at temperature 1 per
 probe prompt) until the copy-learning jump shows; it saves the policy to ``out/sft/policy`` with the outcomes of
-one probe on the RL pool (``probe_outcomes.json``) and its manifest (``warm_start.json``: content hash and the config
+one probe on the RL pool (``probe_outcomes.json``, sampled as the rollouts are: ``sampling.temperature`` and
+``sampling.top_p``) and its manifest (``warm_start.json``: content hash and the config
 that made it, `trace_rl.train.provenance`). Everything is written under ``out/sft.tmp/`` and moved to ``out/sft/``
 at the end, so a warm start killed halfway (in SFT, in ``save_pretrained`` or in the probe) leaves no ``out/sft/``
 that looks complete. `warm_start_predictor` trains the success predictor on the probe's outcomes before step 1.
@@ -57,7 +58,9 @@ def warm_start_policy(
     ``policy.sft_probe_prompts`` warm-start prompts. With ``policy.sft_stop_success`` > 0 it stops at the first
     probe meeting the stop rule (success and mixed share) and raises `WarmStartError` when the step cap comes
     first. Then one probe on the first ``policy.sft_probe_prompts`` RL-pool prompts, prompts the warm start
-    never saw, is saved with the policy (probe_outcomes.json, with the tokens and tool calls it generated) to
+    never saw, sampled at the rollouts' ``sampling.temperature`` and ``sampling.top_p`` (the predictor it warms
+    scores rollouts sampled that way; the stop rule's probes stay at temperature 1, where its thresholds are
+    set), is saved with the policy (probe_outcomes.json, with the tokens and tool calls it generated) to
     warm-start the predictor, with the manifest (`trace_rl.train.provenance.write_manifest`).
 
     Writes ``out/sft.tmp/`` and moves it to ``out/sft/`` (replacing an earlier one) only at the end; when it
@@ -92,10 +95,17 @@ def warm_start_policy(
     )
     probe = tasks[: min(pol.sft_probe_prompts, len(tasks))]
     codec = ChatCodec(policy.tokenizer, render_tools=pol.render_tools)
-    sampling = SamplingParams(max_new_tokens=cfg.sampling.max_new_tokens, temperature=1.0, seed=cfg.seed)
+    # the stop rule's probes at temperature 1 (its thresholds are set there); the RL-pool probe as the rollouts
+    stop_sampling = SamplingParams(max_new_tokens=cfg.sampling.max_new_tokens, temperature=1.0, seed=cfg.seed)
+    rollout_sampling = SamplingParams(
+        max_new_tokens=cfg.sampling.max_new_tokens,
+        temperature=cfg.sampling.temperature,
+        top_p=cfg.sampling.top_p,
+        seed=cfg.seed,
+    )
     last: dict[str, Any] = {}
 
-    def sample_costed(prompts: list[Any]) -> tuple[Any, int, int]:
+    def sample_costed(prompts: list[Any], sampling: SamplingParams) -> tuple[Any, int, int]:
         """Rewards (P, 8), sampled tokens and tool calls of one probe."""
         engine = LocalEngine(policy, max_batch=64)
         episodes = asyncio.run(
@@ -115,7 +125,7 @@ def warm_start_policy(
         return rewards, tokens, calls
 
     def evaluate(step: int) -> dict[str, float]:
-        last["rewards"] = sample_costed(probe)[0]
+        last["rewards"] = sample_costed(probe, stop_sampling)[0]
         return spread_metrics(last["rewards"])
 
     stop_rule = pol.sft_stop_success > 0
@@ -184,7 +194,7 @@ def warm_start_policy(
     cost: dict[str, int] = {}
     if rl_pool:  # the predictor needs outcomes on the RL pool, which the warm start never trained on
         probe = list(rl_pool[: min(pol.sft_probe_prompts, len(rl_pool))])
-        last["rewards"], cost["tokens_generated"], cost["tool_calls"] = sample_costed(probe)
+        last["rewards"], cost["tokens_generated"], cost["tool_calls"] = sample_costed(probe, rollout_sampling)
         pool = spread_metrics(last["rewards"])
         log(
             f"RL-pool probe ({len(probe)} training prompts x 8): success {pool['mean_success']:.3f}, "
