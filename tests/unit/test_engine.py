@@ -384,3 +384,60 @@ def test_spans_split_at_idle_gaps_and_mask_unequal_rows():
     # the short row 4 (3 + 3 keys of 10) now pays for a span of its own
     cut = cache_spans(rows, start, 3, torch.device("cpu"), span_positions=16)
     assert [(lo, hi, a, b) for lo, hi, a, b, *_ in cut] == [(0, 3, 0, 3), (4, 5, 3, 4), (20, 22, 4, 6)]
+
+
+def test_a_rows_token_does_not_depend_on_the_top_p_of_other_rows():
+    # a top-p 1 row samples from the vocabulary-order CDF whether or not a top-p < 1 row shares its batch
+    logits = torch.randn(2, 512, generator=torch.Generator().manual_seed(0))
+    plain, nucleus = SamplingParams(4, 1.0, seed=1), SamplingParams(4, 1.0, top_p=0.5, seed=2)
+    for seed in range(20):
+        alone, _ = sample_tokens(logits[:1], [plain], [torch.Generator().manual_seed(seed)])
+        batched, _ = sample_tokens(
+            logits, [plain, nucleus], [torch.Generator().manual_seed(seed), torch.Generator().manual_seed(7)]
+        )
+        nucleus_alone, _ = sample_tokens(logits[1:], [nucleus], [torch.Generator().manual_seed(7)])
+        assert int(batched[0]) == int(alone[0]) and int(batched[1]) == int(nucleus_alone[0])
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_short_tail_padded_beside_a_long_one_fits_the_cache(tiny_policy, fast):
+    # a returning episode (247 cached, a 3-token tail) and a fresh 30-token prompt in one group: the padded row
+    # writes keys up to position 247 + 30, past the 256 positions the cache held
+    import asyncio
+
+    eng = LocalEngine(tiny_policy, max_batch=8, fast_decode=fast)
+    rng = np.random.default_rng(0)
+    first = rng.integers(0, 512, 240).tolist()
+
+    async def run():
+        (c,) = await eng.generate(first, SamplingParams(8, 1.0, seed=0, stop_ids=()))
+        turn2 = first + c.token_ids.tolist() + [1, 2]
+        fresh = rng.integers(0, 512, 30).tolist()
+        return await asyncio.gather(
+            eng.generate(turn2, SamplingParams(4, seed=1, stop_ids=())),
+            eng.generate(fresh, SamplingParams(4, seed=2, stop_ids=())),
+        )
+
+    done = asyncio.run(asyncio.wait_for(run(), 120))
+    assert [len(c[0].token_ids) for c in done] == [4, 4]
+
+
+def test_a_failing_forward_fails_the_requests_it_admitted(tiny_policy):
+    import asyncio
+
+    eng = LocalEngine(tiny_policy)
+
+    def broken(rows, start, length):
+        raise ValueError("spans failed")
+
+    eng._spans = broken  # the admission round's forward fails before any row starts
+
+    async def run():
+        try:
+            await asyncio.wait_for(eng.generate(PROMPT, SamplingParams(4, seed=0)), 60)
+        except ValueError as exc:
+            await asyncio.gather(eng._worker, return_exceptions=True)  # the dead worker's error, retrieved
+            return str(exc)
+        return "no error"
+
+    assert asyncio.run(run()) == "spans failed"

@@ -194,6 +194,7 @@ class LocalEngine:
 
     # ----------------------------------------------------------------------------------------- scheduling
     async def _run(self) -> None:
+        batch: list[tuple[_Request, int, int]] = []  # admitted, not yet in self._rows: failed with the others
         try:
             while self._pending or self._rows:
                 batch = self._admit()
@@ -206,7 +207,8 @@ class LocalEngine:
                         self._decode_step()
                 await asyncio.sleep(0)  # let finished episodes step their envs and submit their next turn
         except BaseException as exc:  # resolve every waiter: a dead worker must not hang its callers
-            for req in self._pending + [r.request for r in self._rows.values()]:
+            admitted = [req for req, _, _ in batch]
+            for req in self._pending + [r.request for r in self._rows.values()] + admitted:
                 if not req.future.done():
                     req.future.set_exception(exc)
             self._pending.clear()
@@ -317,7 +319,9 @@ class LocalEngine:
             self.stats.reused_tokens += lcp
         rows = np.asarray([row for _, row, _ in batch], np.int64)
         start = np.asarray([lcp for _, _, lcp in batch], np.int64)
-        self._ensure_positions(int((start + lengths).max()) + 1)
+        # every row of a forward writes keys at start + 0..width-1, padding included (groups are padded to
+        # their own longest tail, at most the longest of all)
+        self._ensure_positions(int(start.max()) + int(lengths.max()) + 1)
         return ids, rows, start, lengths
 
     def _prefill(self, batch: list[tuple[_Request, int, int]]) -> None:
@@ -513,8 +517,9 @@ class LocalEngine:
 
 
 def length_groups(lengths: Sequence[int], forward_tokens: int) -> list[np.ndarray]:
-    """Split prefill rows into groups that each run as one right-padded forward, minimising the padded tokens
-    computed plus ``forward_tokens`` per forward (what one forward costs beyond its tokens, in tokens).
+    """Split prefill rows into groups that each run right-padded to their own longest tail (groups of one
+    `forward_groups` call), minimising the padded tokens computed plus ``forward_tokens`` per group (what one
+    more group costs beyond its tokens, in tokens).
 
     A returning episode's tail (its observation, a few tokens) and a fresh prompt (hundreds) in one forward
     would pad the short tail to the long one's width; grouping by length avoids most of that padding. Exact

@@ -27,18 +27,18 @@ def sample_tokens(
     logp = torch.log_softmax(scaled, dim=-1)
     probs = logp.exp()
     u = torch.cat([torch.rand(1, generator=g) for g in generators])
-    if bool((top_p < 1).any()):
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        keep = (sorted_p.cumsum(-1) - sorted_p) < top_p[:, None]
-        cdf = (sorted_p * keep).cumsum(-1)
-        j = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).clamp_max(cdf.shape[1] - 1)
-        tok = order.gather(1, j).squeeze(1)
-    else:
-        cdf = probs.cumsum(-1)
-        tok = (
-            torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)
-            .clamp_max(cdf.shape[1] - 1)
-            .squeeze(1)
-        )
+    # each row by its own rule, so that a row's token never depends on the other rows of the batch: the
+    # vocabulary order for top-p 1, the sorted nucleus only for the rows with top-p < 1
+    cdf = probs.cumsum(-1)
+    tok = (
+        torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).clamp_max(cdf.shape[1] - 1).squeeze(1)
+    )
+    nucleus = top_p < 1
+    if bool(nucleus.any()):
+        sorted_p, order = probs[nucleus].sort(dim=-1, descending=True)
+        keep = (sorted_p.cumsum(-1) - sorted_p) < top_p[nucleus, None]
+        ncdf = (sorted_p * keep).cumsum(-1)
+        j = torch.searchsorted(ncdf, (u[nucleus] * ncdf[:, -1])[:, None], right=True)
+        tok[nucleus] = order.gather(1, j.clamp_max(ncdf.shape[1] - 1)).squeeze(1)
     tok = torch.where(greedy, logits.argmax(-1), tok)
     return tok, logp.gather(1, tok[:, None]).squeeze(1)

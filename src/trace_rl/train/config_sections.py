@@ -78,8 +78,9 @@ class PolicySection:
         sft_stop_mixed: the stop rule's minimum share of probe prompts with mixed outcomes.
         sft_min_steps: no stop before this step.
         sft_eval_every: probe period (steps) of the stop rule.
-        sft_probe_prompts: training prompts in each probe (8 samples each at temperature 1); the last probe's
-            outcomes are saved with the policy and warm-start the predictor (``predictor.warm_start``).
+        sft_probe_prompts: prompts in each probe, 8 samples each: the stop rule's probes on warm-start prompts at
+            temperature 1, then one probe on RL-pool prompts sampled as the rollouts (``sampling.temperature``,
+            ``sampling.top_p``), saved with the policy to warm-start the predictor (``predictor.warm_start``).
         sft_task_kwargs: task-loader arguments of the warm start's gold trajectories when they should differ
             from the RL pool's (``env.task_kwargs``), e.g. SFT on short expressions and RL on a wider mix. The
             stop-rule probes then use SFT prompts, and one more probe on the RL pool feeds the predictor.
