@@ -343,11 +343,11 @@ def test_compare_pairs_get_a_bootstrap_interval_from_three_seeds() -> None:
 
 
 def test_a_later_warm_start_key_at_its_earlier_value_keeps_old_manifests_matching() -> None:
-    cfg = load_config(preset="agentic")
+    cfg = load_config(preset="multistep")
     recorded = warm_start_config(cfg)  # what a manifest written before policy.sft_dtype existed holds
     assert "policy.sft_dtype" not in recorded
     assert config_differences(recorded, warm_start_config(cfg)) == []
-    bf16 = load_config(preset="agentic", overrides=["policy.sft_dtype=bfloat16"])
+    bf16 = load_config(preset="multistep", overrides=["policy.sft_dtype=bfloat16"])
     assert config_differences(recorded, warm_start_config(bf16)) == [
         "policy.sft_dtype: 'float32' -> 'bfloat16'"
     ]
@@ -355,8 +355,8 @@ def test_a_later_warm_start_key_at_its_earlier_value_keeps_old_manifests_matchin
         "policy.sft_dtype: 'bfloat16' -> 'float32'"
     ]
     with pytest.raises(ConfigError, match=r"policy\.sft_dtype"):
-        load_config(preset="agentic", overrides=["policy.sft_dtype=float16"])
+        load_config(preset="multistep", overrides=["policy.sft_dtype=float16"])
     # the RL-pool probe's sampling: left out at temperature 1 / top-p 1 (every earlier probe), recorded otherwise
     assert "sampling.temperature" not in recorded and "sampling.top_p" not in recorded
-    hot = load_config(preset="agentic", overrides=["sampling.temperature=1.5"])
+    hot = load_config(preset="multistep", overrides=["sampling.temperature=1.5"])
     assert config_differences(recorded, warm_start_config(hot)) == ["sampling.temperature: 1.0 -> 1.5"]
