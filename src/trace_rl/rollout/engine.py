@@ -279,9 +279,8 @@ class LocalEngine:
         if decode is not None:
             active, _, pending = decode
             ids = torch.from_numpy(pending[:, None]).to(self.device)
-            groups.append(
-                (active, ids, self._cached[active], self._spans(active, self._cached[active], 1), None)
-            )
+            cached = self._cached[active]
+            groups.append((active, ids, cached, self._spans(active, cached, 1), None))
         order = np.zeros(0, np.int64)
         if batch:
             ids, rows, start, lengths = self._prefill_inputs(batch)
