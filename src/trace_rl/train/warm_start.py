@@ -18,6 +18,7 @@ probe's charge").
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -66,14 +67,10 @@ def warm_start_policy(
     Writes ``out/sft.tmp/`` and moves it to ``out/sft/`` (replacing an earlier one) only at the end; when it
     raises `WarmStartError`, ``out/sft/`` holds sft.json and no policy.
     """
-    import asyncio
-
     from trace_rl.envs import gold_trajectory, make_env
     from trace_rl.policy.sft import SFTConfig, build_sft_examples, train_sft
-    from trace_rl.rollout.agent import ChatCodec
     from trace_rl.rollout.backends import SamplingParams
-    from trace_rl.rollout.engine import LocalEngine
-    from trace_rl.rollout.evaluate import sample_episodes, spread_metrics
+    from trace_rl.rollout.evaluate import spread_metrics
 
     pol = cfg.policy
     sft_dir = out / "sft"
@@ -94,38 +91,12 @@ def warm_start_policy(
         render_tools=pol.render_tools,
     )
     probe = tasks[: min(pol.sft_probe_prompts, len(tasks))]
-    codec = ChatCodec(policy.tokenizer, render_tools=pol.render_tools)
     # the stop rule's probes at temperature 1 (its thresholds are set there); the RL-pool probe as the rollouts
     stop_sampling = SamplingParams(max_new_tokens=cfg.sampling.max_new_tokens, temperature=1.0, seed=cfg.seed)
-    rollout_sampling = SamplingParams(
-        max_new_tokens=cfg.sampling.max_new_tokens,
-        temperature=cfg.sampling.temperature,
-        top_p=cfg.sampling.top_p,
-        seed=cfg.seed,
-    )
     last: dict[str, Any] = {}
 
-    def sample_costed(prompts: list[Any], sampling: SamplingParams) -> tuple[Any, int, int]:
-        """Rewards (P, 8), sampled tokens and tool calls of one probe."""
-        engine = LocalEngine(policy, max_batch=64)
-        episodes = asyncio.run(
-            sample_episodes(
-                engine,
-                lambda: make_env(cfg.env.name),
-                codec,
-                prompts,
-                sampling,
-                samples=8,
-                max_turns=cfg.env.max_turns,
-            )
-        )
-        rewards = np.asarray([e.reward for e in episodes], np.float64).reshape(len(prompts), 8)
-        tokens = sum(e.sampled_tokens for e in episodes)
-        calls = sum(_tool_calls(t.info) for e in episodes for t in e.turns)
-        return rewards, tokens, calls
-
     def evaluate(step: int) -> dict[str, float]:
-        last["rewards"] = sample_costed(probe, stop_sampling)[0]
+        last["rewards"] = sample_probe(policy, cfg, probe, stop_sampling)[0]
         return spread_metrics(last["rewards"])
 
     stop_rule = pol.sft_stop_success > 0
@@ -194,7 +165,9 @@ def warm_start_policy(
     cost: dict[str, int] = {}
     if rl_pool:  # the predictor needs outcomes on the RL pool, which the warm start never trained on
         probe = list(rl_pool[: min(pol.sft_probe_prompts, len(rl_pool))])
-        last["rewards"], cost["tokens_generated"], cost["tool_calls"] = sample_costed(probe, rollout_sampling)
+        last["rewards"], cost["tokens_generated"], cost["tool_calls"] = sample_probe(
+            policy, cfg, probe, rollout_sampling(cfg)
+        )
         pool = spread_metrics(last["rewards"])
         log(
             f"RL-pool probe ({len(probe)} training prompts x 8): success {pool['mean_success']:.3f}, "
@@ -205,6 +178,51 @@ def warm_start_policy(
         save_probe_outcomes(tmp / "policy", probe, last["rewards"], step=result.steps, **cost)
     write_manifest(tmp / "policy", cfg, probe=bool(rl_pool))
     publish()
+
+
+def rollout_sampling(cfg: TrainConfig) -> Any:
+    """The `SamplingParams` of the RL-pool probe: the rollouts' ``sampling.temperature`` and ``sampling.top_p``,
+    ``sampling.max_new_tokens`` per turn, seeded by the run's ``seed``."""
+    from trace_rl.rollout.backends import SamplingParams
+
+    return SamplingParams(
+        max_new_tokens=cfg.sampling.max_new_tokens,
+        temperature=cfg.sampling.temperature,
+        top_p=cfg.sampling.top_p,
+        seed=cfg.seed,
+    )
+
+
+def sample_probe(
+    policy: Any, cfg: TrainConfig, prompts: Sequence[Any], sampling: Any
+) -> tuple[Any, int, int]:
+    """One probe of the warm start: 8 episodes of ``policy`` per prompt on the local engine, sampled with
+    ``sampling`` (a `SamplingParams`), with ``cfg.env``'s environment and turn limit.
+
+    Returns:
+        (rewards as a float64 array (P, 8) in prompt order, sampled tokens, tool calls) of the whole probe.
+    """
+    from trace_rl.envs import make_env
+    from trace_rl.rollout.agent import ChatCodec
+    from trace_rl.rollout.engine import LocalEngine
+    from trace_rl.rollout.evaluate import sample_episodes
+
+    codec = ChatCodec(policy.tokenizer, render_tools=cfg.policy.render_tools)
+    episodes = asyncio.run(
+        sample_episodes(
+            LocalEngine(policy, max_batch=64),
+            lambda: make_env(cfg.env.name),
+            codec,
+            list(prompts),
+            sampling,
+            samples=8,
+            max_turns=cfg.env.max_turns,
+        )
+    )
+    rewards = np.asarray([e.reward for e in episodes], np.float64).reshape(len(prompts), 8)
+    tokens = sum(e.sampled_tokens for e in episodes)
+    calls = sum(_tool_calls(t.info) for e in episodes for t in e.turns)
+    return rewards, tokens, calls
 
 
 def probe_charge(path: Path) -> dict[str, Any]:
