@@ -150,3 +150,27 @@ def test_the_rl_pool_probe_samples_as_the_rollouts_and_the_stop_rule_at_temperat
     assert seen == [(1.0, 1.0), (0.7, 0.9)]  # the stop rule's probe, then the RL-pool probe
     manifest = json.loads((policy_dir / "warm_start.json").read_text())
     assert manifest["config"]["sampling.temperature"] == 0.7 and manifest["config"]["sampling.top_p"] == 0.9
+
+
+def test_a_compare_warm_start_runs_at_the_config_threads_and_seed_as_train_does(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Found building the `agentic` preset: `prepare_policy_only` (compare's warm start) left torch at its default
+    thread count and its generator unseeded, so compare and train built different warm starts from one config
+    (float reduction order depends on the threads: c10's SFT loss at step 300 was 0.00858 one way, 0.00762 the
+    other)."""
+    import torch
+
+    seen: list[tuple[int, int]] = []
+    monkeypatch.setattr(
+        Trainer, "_warm_start", lambda self: seen.append((torch.get_num_threads(), torch.initial_seed()))
+    )
+    cfg = load_config(preset="smoke", overrides=["threads=1", "seed=3"])
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)  # whatever the process held before
+        torch.manual_seed(12345)
+        Trainer(cfg, tmp_path / "ws", log=lambda _: None).prepare_policy_only()
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [(1, 3)]

@@ -82,9 +82,7 @@ class Trainer:
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
         _quiet_transformers()
-        torch.manual_seed(cfg.seed)
-        random.seed(cfg.seed)
-        torch.set_num_threads(cfg.threads or max(1, min(os.cpu_count() or 1, 4)))
+        _seed_and_threads(cfg)
         self.method = get_method(cfg.method)
         self.shape = budget_shape(cfg)
         self.rng = np.random.default_rng(cfg.seed)  # prompt sampling and allocation
@@ -254,6 +252,9 @@ class Trainer:
 
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
+        # as `setup`: the warm start's numbers depend on the thread count (float reduction order), so a compare's
+        # warm start must run at the config's ``threads`` to equal the one `train` builds from the same config
+        _seed_and_threads(cfg)
         self._load_tasks()
         self.policy = load_policy(cfg.policy.name, seed=cfg.seed)
         self.policy.model.to(policy_device(cfg))
@@ -414,6 +415,17 @@ class Trainer:
         if writer is not None:
             writer.close()
         return records
+
+
+def _seed_and_threads(cfg: TrainConfig) -> None:
+    """Seed torch's and Python's global generators with ``cfg.seed`` and set torch's CPU threads to ``cfg.threads``
+    (0: the cores, at most 4): the process state every entry point (`Trainer.setup`, `Trainer.prepare_policy_only`)
+    starts from."""
+    import torch
+
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    torch.set_num_threads(cfg.threads or max(1, min(os.cpu_count() or 1, 4)))
 
 
 def policy_device(cfg: TrainConfig) -> str:
