@@ -26,6 +26,15 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+EXEC_BACKENDS = [b for b in BACKENDS if b != "zygote"]  # those that start sandboxes ahead (`spares`)
+
+
+@pytest.fixture(params=EXEC_BACKENDS or ["missing"])
+def exec_backend(request: pytest.FixtureRequest) -> str:
+    require("sandbox", bool(EXEC_BACKENDS))
+    return str(request.param)
+
+
 def _still_alive() -> None:
     # The caller keeps working: a trivial call still runs after each attack.
     assert os.getpid() > 0
@@ -249,7 +258,7 @@ def test_bad_arguments_raise() -> None:
         run_python("print(1)", spares=-1)
 
 
-def test_started_spares_serve_one_call_each(backend: str) -> None:
+def test_started_spares_serve_one_call_each(exec_backend: str) -> None:
     # Sandboxes started ahead of their calls (the default): every call still gets a fresh one, so nothing one
     # call leaves in /tmp, its pid namespace or its process table reaches the next; same results with none kept.
     from trace_rl.envs import sandbox
@@ -260,18 +269,18 @@ def test_started_spares_serve_one_call_each(backend: str) -> None:
         "open('/tmp/mark', 'w').write('x')\n"
         "print(seen, len([p for p in os.listdir('/proc') if p.isdigit()]))"
     )
-    run_python("print(1)", backend=backend, spares=2)  # type: ignore[arg-type]
-    key = (backend, 5.0, 512, sandbox.DEFAULT_MAX_PROCS, sandbox._python_paths())
+    run_python("print(1)", backend=exec_backend, spares=2)  # type: ignore[arg-type]
+    key = (exec_backend, 5.0, 512, sandbox.DEFAULT_MAX_PROCS, sandbox._python_paths())
     deadline = time.monotonic() + 10
     while sandbox._SPARES.ready(key) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert sandbox._SPARES.ready(key) == 2
-    outs = [run_python(code, backend=backend, spares=2).stdout for _ in range(4)]  # type: ignore[arg-type]
-    outs.append(run_python(code, backend=backend, spares=0).stdout)  # type: ignore[arg-type]
+    outs = [run_python(code, backend=exec_backend, spares=2).stdout for _ in range(4)]  # type: ignore[arg-type]
+    outs.append(run_python(code, backend=exec_backend, spares=0).stdout)  # type: ignore[arg-type]
     assert outs[0].startswith("False ") and outs == [outs[-1]] * 5, outs  # no mark seen, same process count
 
 
-def test_limits_hold_on_a_sandbox_started_ahead(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_limits_hold_on_a_sandbox_started_ahead(exec_backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # The attacks above mostly start their own sandbox (their limits are a key of their own, used once). Here each
     # runs on a spare that waited idle first: the wall limit counts from the code's handover, the address-space
     # and process limits are the spare's own.
@@ -280,7 +289,7 @@ def test_limits_hold_on_a_sandbox_started_ahead(backend: str, monkeypatch: pytes
     from trace_rl.envs import sandbox
 
     limits = {"timeout_s": 1.0, "memory_mb": 256, "max_procs": 16}
-    key = (backend, 1.0, 256, 16, sandbox._python_paths())
+    key = (exec_backend, 1.0, 256, 16, sandbox._python_paths())
     starts: list[str] = []  # the thread of every sandbox start: the caller's when a call starts its own
     real_start = sandbox._start
 
@@ -293,13 +302,13 @@ def test_limits_hold_on_a_sandbox_started_ahead(backend: str, monkeypatch: pytes
     def on_a_spare(code: str) -> tuple[sandbox.ExecResult, float]:
         deadline = time.monotonic() + 10
         while sandbox._SPARES.ready(key) < 1 and time.monotonic() < deadline:
-            run_python("pass", backend=backend, spares=1, **limits)  # type: ignore[arg-type]
+            run_python("pass", backend=exec_backend, spares=1, **limits)  # type: ignore[arg-type]
             time.sleep(0.2)
         time.sleep(1.5)  # idle longer than the wall limit
         assert sandbox._SPARES.ready(key) == 1
         starts.clear()
         t0 = time.monotonic()
-        res = run_python(code, backend=backend, spares=1, **limits)  # type: ignore[arg-type]
+        res = run_python(code, backend=exec_backend, spares=1, **limits)  # type: ignore[arg-type]
         assert threading.current_thread().name not in starts  # served by the spare, not started on demand
         return res, time.monotonic() - t0
 
@@ -311,4 +320,110 @@ def test_limits_hold_on_a_sandbox_started_ahead(backend: str, monkeypatch: pytes
         res, _ = on_a_spare(_FORK_PROBE)
         assert res.stdout.strip().isdigit() and int(res.stdout) < 16
     finally:
-        run_python("pass", backend=backend, spares=0, **limits)  # type: ignore[arg-type]  # stop keeping spares
+        run_python("pass", backend=exec_backend, spares=0, **limits)  # type: ignore[arg-type]  # stop keeping spares
+
+
+def test_no_capability_and_own_uid_left(backend: str) -> None:
+    # Whatever the backend, the code runs as a non-root uid and gid, no supplementary group, every capability
+    # set (inheritable, permitted, effective, bounding, ambient) empty.
+    code = (
+        "import os\n"
+        "caps = {l.split()[0]: int(l.split()[1], 16) for l in open('/proc/self/status') if l.startswith('Cap')}\n"
+        "print(os.getuid() != 0, os.getgid() != 0, os.getgroups(), sorted(k for k, v in caps.items() if v))"
+    )
+    res = run_python(code, backend=backend)  # type: ignore[arg-type]
+    assert res.stdout == "True True [] []\n", res
+
+
+def _zygote_required() -> None:
+    require("sandbox", "zygote" in BACKENDS or os.geteuid() != 0)  # root callers must have it
+    if os.geteuid() != 0:
+        pytest.skip("the zygote backend is for root callers; non-root callers use bwrap")
+
+
+def test_zygote_calls_share_nothing_but_the_started_interpreter() -> None:
+    # One zygote forks every call: files in /tmp, processes and uids of one call never reach the next, also
+    # when the calls run at the same time; each call's code is read by the call itself, never by the zygote.
+    _zygote_required()
+    from concurrent.futures import ThreadPoolExecutor
+
+    code = (
+        "import os, time\n"
+        "seen = os.path.exists('/tmp/mark')\n"
+        "open('/tmp/mark', 'w').write('x')\n"
+        "time.sleep(0.3)\n"
+        "print(seen, len([p for p in os.listdir('/proc') if p.isdigit()]), os.getuid())"
+    )
+    with ThreadPoolExecutor(4) as pool:
+        outs = [
+            f.result().stdout.split()
+            for f in [pool.submit(run_python, code, backend="zygote") for _ in range(6)]
+        ]
+    assert all(o[:2] == ["False", "2"] for o in outs), outs  # its init and itself: nothing of another call
+    assert len({o[2] for o in outs[:4]}) == 4  # the 4 concurrent calls held 4 different uids
+
+
+def test_zygote_spares_are_refused() -> None:
+    _zygote_required()
+    with pytest.raises(ValueError, match="zygote backend keeps none"):
+        run_python("print(1)", backend="zygote", spares=2)
+    assert run_python("print(1)", backend="zygote", spares=0).stdout == "1\n"
+
+
+def test_zygote_restarts_after_it_dies_and_the_call_it_ran_fails_visibly() -> None:
+    _zygote_required()
+    import signal
+    import threading
+
+    from trace_rl.envs import sandbox_zygote
+
+    assert run_python("print(1)", backend="zygote").stdout == "1\n"
+    zyg = sandbox_zygote._ZYGOTE
+    assert zyg is not None
+    killer = threading.Timer(0.5, lambda: os.kill(zyg.proc.pid, signal.SIGKILL))
+    killer.start()
+    res = run_python(
+        "import time\nprint('started', flush=True)\ntime.sleep(3)\nprint('done')", backend="zygote"
+    )
+    killer.join()
+    assert res.returncode == -signal.SIGKILL and "zygote stopped during the call" in res.stderr, res
+    assert "done" not in res.stdout  # the call died with the zygote, it was not left running
+    assert run_python("print(2)", backend="zygote").stdout == "2\n"  # a new zygote
+    assert sandbox_zygote._ZYGOTE is not None and sandbox_zygote._ZYGOTE is not zyg
+
+
+def test_zygote_dies_with_its_caller() -> None:
+    # The zygote outlives no caller: SIGKILL the process that started it and the zygote and its running call go.
+    _zygote_required()
+    import signal
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, time\n"
+        "from trace_rl.envs import sandbox, sandbox_zygote\n"
+        "import threading\n"
+        "threading.Thread(target=sandbox.run_python, args=('import time\\ntime.sleep(30)',),"
+        " kwargs={'backend': 'zygote', 'timeout_s': 60}, daemon=True).start()\n"
+        "while sandbox_zygote._ZYGOTE is None: time.sleep(0.05)\n"
+        "print(sandbox_zygote._ZYGOTE.proc.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    caller = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": src}
+    )
+    try:
+        assert caller.stdout is not None
+        zygote_pid = int(caller.stdout.readline())
+        time.sleep(0.5)  # the call is running by now
+        caller.send_signal(signal.SIGKILL)
+        caller.wait()
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{zygote_pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not Path(f"/proc/{zygote_pid}").exists()
+    finally:
+        if caller.poll() is None:
+            caller.kill()
+            caller.wait()

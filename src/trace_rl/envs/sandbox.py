@@ -1,7 +1,11 @@
 """Run untrusted Python code in a sandbox: the only way the `python` tool executes model-written code.
 
-Two isolating backends, chosen automatically (``backend="auto"``), in this order:
+Three isolating backends, chosen automatically (``backend="auto"``), in this order:
 
+0. ``zygote`` (root callers): one started interpreter per caller process forks each call's sandbox: the same
+   namespaces, read-only root, private /tmp, per-call uid, capability drop and limits as ``unshare`` below,
+   without exec'ing a launcher chain and a new interpreter per call (a third of the CPU per call; see
+   `trace_rl.envs.sandbox_zygote` for how it works and what differs from a fresh interpreter).
 1. ``bwrap`` (bubblewrap): ``--unshare-all`` (no network, own pid/ipc/uts/user namespaces), read-only binds
    of /usr and the interpreter's prefix, a private tmpfs /tmp, fresh /proc and a minimal /dev,
    ``--die-with-parent``, ``--new-session``, ``--clearenv``; run as a uid of the call's own (root caller)
@@ -43,13 +47,14 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
+from trace_rl.envs import sandbox_zygote
 from trace_rl.envs.sandbox_spares import SparePool, check_spares
 from trace_rl.envs.sandbox_uids import CALL_UIDS as CALL_UIDS  # re-exported: the public names stay here too
 from trace_rl.envs.sandbox_uids import NOBODY, SandboxLockError, UidLease, lease_uid
 from trace_rl.envs.sandbox_uids import lock_dir as lock_dir
 from trace_rl.errors import UserError
 
-Backend = Literal["auto", "bwrap", "unshare", "none"]
+Backend = Literal["auto", "zygote", "bwrap", "unshare", "none"]
 
 DEFAULT_MAX_PROCS = 64  # processes (RLIMIT_NPROC counts threads too) per call: see trace_rl.envs.sandbox_uids
 DEFAULT_MAX_OUTPUT = 64 * 1024  # bytes kept per stream
@@ -69,7 +74,7 @@ class ExecResult:
         returncode: exit status; negative = killed by that signal (for example -9 after a timeout).
         timed_out: True when the wall-clock timeout killed the run.
         truncated: True when output beyond the cap was produced (``stdout_dropped + stderr_dropped > 0``).
-        backend: the sandbox backend that ran the code ("bwrap", "unshare" or "none").
+        backend: the sandbox backend that ran the code ("zygote", "bwrap", "unshare" or "none").
         stdout_dropped: bytes of standard output produced but not kept (0 when nothing was cut).
         stderr_dropped: the same for standard error.
         output_stopped: True when the dropped output passed ``MAX_DRAIN_BYTES`` and the run was killed for
@@ -263,36 +268,11 @@ def _finish(
     """Give a started sandbox ``code`` on stdin; collect capped output; kill the process group on limits.
     The wall-clock limit counts from here, not from the sandbox's start."""
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    try:
-        proc.stdin.write(code.encode("utf-8", errors="replace"))
-        proc.stdin.close()
-    except BrokenPipeError:
-        pass
-    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
-    bufs: dict[int, bytearray] = {out_fd: bytearray(), err_fd: bytearray()}
-    dropped = {out_fd: 0, err_fd: 0}
-    open_fds = set(bufs)
+    _give_code(proc.stdin.fileno(), code)
+    proc.stdin.close()
     deadline = time.monotonic() + timeout_s
-    timed_out = stopped = False
-    while open_fds:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            timed_out = True
-            break
-        ready, _, _ = select.select(list(open_fds), [], [], remaining)
-        for fd in ready:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                open_fds.discard(fd)
-                continue
-            buf = bufs[fd]
-            room = max(max_output_bytes - len(buf), 0)
-            buf += chunk[:room]
-            dropped[fd] += max(len(chunk) - room, 0)  # counted, not kept
-        if sum(dropped.values()) > MAX_DRAIN_BYTES:
-            stopped = True
-            break
-    if timed_out or stopped:
+    out = _collect(proc.stdout.fileno(), proc.stderr.fileno(), deadline, max_output_bytes)
+    if out.timed_out or out.stopped:
         _kill_group(proc)
     # Wait for the launcher WITHOUT reaping it (WNOWAIT), kill what is left of its process group, then reap:
     # signalling a group after its leader was reaped could hit an unrelated group that reused the pid.
@@ -300,7 +280,7 @@ def _finish(
     pause = 0.0002  # the launcher usually exits within a millisecond of closing its pipes: poll fast, then back off
     while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
         if time.monotonic() > grace:
-            timed_out = True
+            out.timed_out = True
             _kill_group(proc)
             grace = float("inf")
         time.sleep(pause)
@@ -309,18 +289,108 @@ def _finish(
     returncode = proc.wait()
     proc.stdout.close()
     proc.stderr.close()
-    (stdout, out_cut), (stderr, err_cut) = (_decode(bufs[fd], cut=dropped[fd] > 0) for fd in (out_fd, err_fd))
-    return ExecResult(
-        stdout=stdout,
-        stderr=stderr,
-        returncode=returncode,
-        timed_out=timed_out,
-        truncated=dropped[out_fd] + dropped[err_fd] > 0,
-        backend=backend,
-        stdout_dropped=dropped[out_fd] + out_cut,
-        stderr_dropped=dropped[err_fd] + err_cut,
-        output_stopped=stopped,
-    )
+    return out.result(returncode, backend)
+
+
+def _give_code(fd: int, code: str) -> None:
+    """Write ``code`` to the sandbox's stdin (a sandbox that died first just gets nothing)."""
+    data = code.encode("utf-8", errors="replace")
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    except BrokenPipeError:
+        pass
+
+
+@dataclass
+class _Output:
+    """What `_collect` read from a call's stdout and stderr, and why it stopped reading."""
+
+    out_fd: int
+    err_fd: int
+    bufs: dict[int, bytearray]
+    dropped: dict[int, int]
+    timed_out: bool = False
+    stopped: bool = False
+
+    def result(self, returncode: int, backend: str, note: str = "") -> ExecResult:
+        (stdout, out_cut), (stderr, err_cut) = (
+            _decode(self.bufs[fd], cut=self.dropped[fd] > 0) for fd in (self.out_fd, self.err_fd)
+        )
+        return ExecResult(
+            stdout=stdout,
+            stderr=stderr + note,
+            returncode=returncode,
+            timed_out=self.timed_out,
+            truncated=self.dropped[self.out_fd] + self.dropped[self.err_fd] > 0,
+            backend=backend,
+            stdout_dropped=self.dropped[self.out_fd] + out_cut,
+            stderr_dropped=self.dropped[self.err_fd] + err_cut,
+            output_stopped=self.stopped,
+        )
+
+
+def _collect(out_fd: int, err_fd: int, deadline: float, max_output_bytes: int) -> _Output:
+    """Read both streams until they close, keeping ``max_output_bytes`` of each and counting the rest; stop at
+    ``deadline`` (``timed_out``) or past ``MAX_DRAIN_BYTES`` dropped (``stopped``)."""
+    out = _Output(out_fd, err_fd, {out_fd: bytearray(), err_fd: bytearray()}, {out_fd: 0, err_fd: 0})
+    open_fds = {out_fd, err_fd}
+    while open_fds:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            out.timed_out = True
+            break
+        ready, _, _ = select.select(list(open_fds), [], [], remaining)
+        for fd in ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                open_fds.discard(fd)
+                continue
+            buf = out.bufs[fd]
+            room = max(max_output_bytes - len(buf), 0)
+            buf += chunk[:room]
+            out.dropped[fd] += max(len(chunk) - room, 0)  # counted, not kept
+        if sum(out.dropped.values()) > MAX_DRAIN_BYTES:
+            out.stopped = True
+            break
+    return out
+
+
+def _run_zygote(
+    code: str, timeout_s: float, memory_mb: int, max_procs: int, max_output_bytes: int
+) -> ExecResult:
+    """One call on this process's zygote (`trace_rl.envs.sandbox_zygote`), under its own uid lease."""
+    python, _ = _python_paths()
+    limits = {
+        "as_bytes": memory_mb * 1024 * 1024,
+        "cpu_s": max(1, int(timeout_s) + 1),
+        "nproc": max_procs,
+        "fsize": TMP_SIZE_MB * 1024 * 1024,
+    }
+    lease = lease_uid()
+    try:
+        call = sandbox_zygote.zygote(python, TMP_SIZE_MB).spawn(lease.uid, limits)
+        try:
+            _give_code(call.stdin, code)
+            call.close_stdin()
+            deadline = time.monotonic() + timeout_s
+            out = _collect(call.stdout, call.stderr, deadline, max_output_bytes)
+            if out.timed_out or out.stopped:
+                call.kill()
+            line = call.read_status(time.monotonic() + max(0.5, deadline - time.monotonic()))
+            if line is None:  # output closed but the call goes on (a daemon holding no pipe): the time is up
+                out.timed_out = True
+                call.kill()
+                line = call.read_status(time.monotonic() + sandbox_zygote.REPLY_TIMEOUT_S)
+            if line is None or not line.startswith("exit "):
+                sandbox_zygote.stop_zygote()  # gone or hung: the next call starts a new one
+                note = "\nsandbox: the zygote stopped during the call; the call was killed\n"
+                return out.result(-signal.SIGKILL, "zygote", note)
+            return out.result(os.waitstatus_to_exitcode(int(line.split()[1])), "zygote")
+        finally:
+            call.close()
+    finally:
+        lease.release()
 
 
 def _decode(data: bytes | bytearray, *, cut: bool) -> tuple[str, int]:
@@ -353,6 +423,8 @@ def _backend_works(backend: str) -> bool:
 def available_backends() -> list[str]:
     """Isolating backends that work on this machine, in preference order (may be empty)."""
     out = []
+    if os.geteuid() == 0 and _backend_works("zygote"):
+        out.append("zygote")
     if shutil.which("bwrap") and _backend_works("bwrap"):
         out.append("bwrap")
     if all(shutil.which(t) for t in ("unshare", "setpriv", "prlimit", "chroot")) and _backend_works(
@@ -424,7 +496,7 @@ def _start(backend: str, timeout_s: float, memory_mb: int, max_procs: int) -> _S
         OSError: the launcher could not be started.
     """
     if backend not in ("bwrap", "unshare", "none"):
-        raise UserError(f"unknown sandbox backend {backend!r}; expected auto, bwrap, unshare or none")
+        raise UserError(f"unknown sandbox backend {backend!r}; expected zygote, bwrap, unshare or none")
     python, prefix = _python_paths()
     limits = _prlimit_args(timeout_s, memory_mb, max_procs)
     if backend == "none":
@@ -457,8 +529,10 @@ def _run_with(
     max_output_bytes: int,
     spares: int = 0,
 ) -> ExecResult:
+    if backend == "zygote":
+        return _run_zygote(code, timeout_s, memory_mb, max_procs, max_output_bytes)
     if backend not in ("bwrap", "unshare", "none"):
-        raise UserError(f"unknown sandbox backend {backend!r}; expected auto, bwrap, unshare or none")
+        raise UserError(f"unknown sandbox backend {backend!r}; expected auto, zygote, bwrap, unshare or none")
     key = (backend, float(timeout_s), int(memory_mb), int(max_procs), _python_paths())
     started = _SPARES.take(key, spares, functools.partial(_start, backend, timeout_s, memory_mb, max_procs))
     if started is None:
@@ -477,7 +551,7 @@ def run_python(
     backend: Backend = "auto",
     max_procs: int = DEFAULT_MAX_PROCS,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT,
-    spares: int = DEFAULT_SPARES,
+    spares: int | None = None,
 ) -> ExecResult:
     """Run ``code`` with ``python -I -S`` in a sandbox and return its output.
 
@@ -486,8 +560,9 @@ def run_python(
         timeout_s: wall-clock limit in seconds (CPU limit is ``int(timeout_s) + 1`` seconds); on expiry the
             whole process tree is killed and ``timed_out`` is True.
         memory_mb: address-space limit (RLIMIT_AS) in MiB.
-        backend: "auto" (bwrap, else unshare), "bwrap", "unshare", or "none" (NO isolation, only limits and
-            an empty environment: must be asked for explicitly).
+        backend: "auto" (zygote for a root caller, else bwrap, else unshare: the first that works here),
+            "zygote", "bwrap", "unshare", or "none" (NO isolation, only limits and an empty environment: must be
+            asked for explicitly).
         max_procs: RLIMIT_NPROC for the sandbox user.
         max_output_bytes: bytes kept per stream. Output beyond it is counted (``stdout_dropped`` /
             ``stderr_dropped``, ``truncated``) while the run goes on; past ``MAX_DRAIN_BYTES`` of dropped
@@ -498,13 +573,15 @@ def run_python(
             torn down after it (its own namespaces, uid, /tmp and limits, as a call started on demand); the
             wall-clock limit counts from the moment the code is handed over, and the CPU limit includes the
             interpreter's start (about 20 ms). 0: every call starts its own sandbox, as before. At most
-            ``MAX_SPARES`` (64).
+            ``MAX_SPARES`` (64). None (default): ``DEFAULT_SPARES`` for bwrap, unshare and none; the zygote
+            backend forks each call from a started interpreter and keeps none (a number > 0 with it is an
+            error).
 
     Returns:
         ExecResult. Errors of the code itself (exceptions, limits hit) show in returncode and stderr.
 
     Raises:
-        ValueError: bad limits or backend name.
+        ValueError: bad limits or backend name, or ``spares`` > 0 with the zygote backend.
         SandboxUnavailableError: ``backend="auto"`` and no isolating backend works here (bwrap missing and unshare
             not permitted); the message says how to fix it.
     """
@@ -514,7 +591,8 @@ def run_python(
         raise ValueError(f"memory_mb must be >= 64 (the interpreter needs it), got {memory_mb}")
     if max_procs < 1 or max_output_bytes < 1:
         raise ValueError("max_procs and max_output_bytes must be >= 1")
-    check_spares(spares)
+    if spares is not None:
+        check_spares(spares)
     if backend == "auto":
         backends = available_backends()
         if not backends:
@@ -523,4 +601,10 @@ def run_python(
                 "root so `unshare` can create namespaces; pass backend='none' to run unsandboxed on purpose"
             )
         backend = backends[0]  # type: ignore[assignment]
+    if backend == "zygote" and spares:
+        raise ValueError(
+            "spares start bwrap/unshare sandboxes ahead; the zygote backend keeps none (pass 0 or None)"
+        )
+    if spares is None:
+        spares = 0 if backend == "zygote" else DEFAULT_SPARES
     return _run_with(backend, code, timeout_s, memory_mb, max_procs, max_output_bytes, spares)
