@@ -3,9 +3,9 @@
 A sandboxed call through ``bwrap`` or ``unshare`` execs a launcher chain and a fresh ``python -I -S``: about 20 ms
 of CPU per call on the 2-core machine, 9 ms of it the interpreter's start (measured with a cpuacct cgroup around
 100 calls; docs/benchmarks.md). A multi-turn step makes hundreds of calls. Here one process, started once per
-caller process (`sandbox_zygote_main`, stdlib only, as root), forks per call a launcher that enters fresh mount,
-pid, network, IPC, UTS and cgroup namespaces, builds the ``unshare`` backend's read-only root with a private
-/tmp, and forks the worker that sets the call's limits, drops to the call's own uid with no capabilities and
+caller process (`sandbox_zygote_main`, stdlib only, as root), forks per call an init into a fresh pid namespace
+that enters fresh mount, network, IPC, UTS and cgroup namespaces, builds the ``unshare`` backend's read-only
+root with a private /tmp, and forks the worker that sets the call's limits, drops to the call's own uid with no capabilities and
 runs the code in the already started interpreter. Each call still has its own namespaces, root, /tmp, uid and
 limits; nothing of one call is visible to the next (the zygote never reads a call's code or output: they go
 through the call's own pipes, passed to it as descriptors).
@@ -147,7 +147,7 @@ class ZygoteCall:
         return line.decode()
 
     def kill(self) -> None:
-        """SIGKILL the call's launcher group (its namespace dies with it)."""
+        """SIGKILL the call's init (its namespace, the worker included, dies with it)."""
         self.zygote.kill(self.call_id)
 
     def close_stdin(self) -> None:

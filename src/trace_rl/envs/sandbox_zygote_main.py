@@ -8,30 +8,31 @@ own process after it has been isolated.
 Protocol, on the SOCK_SEQPACKET socket FD (one message per request; the caller's process owns the other end):
 
 - ``run ID UID AS_BYTES CPU_S NPROC FSIZE_BYTES`` with four descriptors (the call's stdin read end, stdout and
-  stderr write ends, a status pipe's write end). The zygote forks the call's launcher and writes ``pid PID\\n``
-  to the status pipe, then ``exit STATUS\\n`` (the launcher's raw wait status) once it has reaped it, and closes
-  the pipe; ``error MESSAGE\\n`` if the fork failed.
-- ``kill ID``: SIGKILL to the launcher's process group, if the call is still running.
-- end of file (the caller died or closed): every running call's group is killed and the zygote exits.
+  stderr write ends, a status pipe's write end). The zygote forks the call's init and writes ``pid PID\\n`` to
+  the status pipe (``error MESSAGE\\n`` if it could not); the init writes ``exit STATUS\\n`` (the worker's raw
+  wait status) when the worker has ended. If the init itself ends otherwise (killed, or 125: it could not
+  isolate the call), the zygote writes ``exit STATUS`` with the init's status once it has reaped it.
+- ``kill ID``: SIGKILL to the call's init, if it is still running (its namespace, the worker and anything the
+  worker started, goes with it).
+- end of file (the caller died or closed): every running call's init is killed and the zygote exits.
 
-Per call, three processes (the layout of ``bwrap --unshare-pid``, whose init is pid 1 and the command pid 2):
+Per call, two processes (the layout of ``bwrap --unshare-pid``, whose init is pid 1 and the command pid 2):
 
-1. the launcher, forked by the zygote: a new session (its pid is the group the caller's ``kill`` hits), dies
-   with the zygote (PR_SET_PDEATHSIG), keeps only the call's stdio, then unshares mount, pid, network, IPC,
-   UTS and cgroup namespaces and forks
-2. the init, pid 1 of the new pid namespace, root, dies with the launcher: makes its mounts private, builds the
-   read-only root of the ``unshare`` backend on a tmpfs at ROOT (/usr, the interpreter's prefix, /proc, four
-   /dev nodes, a private TMP_MB MiB /tmp), chroots into it and forks the worker; when the worker exits it
-   reports the worker's wait status to the launcher and exits, which kills whatever is left in the namespace;
-3. the worker, pid 2: sets the call's limits (address space, CPU seconds, processes, file size, no core dumps),
+1. the init, forked by the zygote into a new pid namespace (``unshare(CLONE_NEWPID)`` before the fork, ``setns``
+   back after it) as its pid 1: a new session, dies with the zygote (PR_SET_PDEATHSIG, and a pidfd of the zygote
+   checked after it, for a zygote that died first), keeps only the call's stdio and status pipe, enters new
+   mount, network, IPC, UTS and cgroup namespaces, makes its mounts private, builds the read-only root of the
+   ``unshare`` backend on a tmpfs at ROOT (/usr, the interpreter's prefix, /proc, four /dev nodes, a private
+   TMP_MB MiB /tmp), chroots into it and forks the worker; when the worker exits it reports the worker's wait
+   status and exits, which kills whatever is left in the namespace;
+2. the worker, pid 2: sets the call's limits (address space, CPU seconds, processes, file size, no core dumps),
    empties the capability bounding set, sets no_new_privs, drops to the call's own uid and gid with no
    supplementary groups, checks that no capability is left, empties the environment but for PATH, HOME and
    LANG, then runs the code from stdin as ``python -I -S -`` would: compiled as ``<stdin>``, run as a fresh
    ``__main__``, tracebacks and ``SystemExit`` as the interpreter prints and returns them, non-daemon threads
    joined and atexit handlers run before exit.
 
-The launcher ends as the worker did: the same exit code, or killed by the same signal. A failure to isolate
-exits 125 with the reason on stderr; the worker never runs then.
+A failure to isolate exits 125 with the reason on stderr; the worker never runs then.
 """
 
 from __future__ import annotations
@@ -177,64 +178,40 @@ def _worker(uid: int, limits: list[tuple[int, int]], last_cap: int, path: list[s
     os._exit(_run_code(path))
 
 
-def _init(report: int, root: str, prefix: str, tmp_mb: int, worker_args: tuple) -> None:  # type: ignore[type-arg]
-    """pid 1 of the call's namespace: build the root, fork the worker, report its wait status."""
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    _build_root(root, prefix, tmp_mb)
-    worker = os.fork()
-    if worker == 0:
-        os.close(report)
-        _worker(*worker_args)
-    while True:
-        pid, status = os.waitpid(-1, 0)  # reap orphans until the worker is done
-        if pid == worker:
-            break
-    os.write(report, status.to_bytes(4, "little"))
-    os._exit(0)  # pid 1 exits: the kernel kills what is left in the namespace
-
-
-def _launcher(zygote: int, fds: list[int], root: str, prefix: str, tmp_mb: int, worker_args: tuple) -> None:  # type: ignore[type-arg]
+def _init(zygote: int, fds: list[int], root: str, prefix: str, tmp_mb: int, worker_args: tuple) -> None:  # type: ignore[type-arg]
+    """pid 1 of the call's pid namespace: isolate, build the root, fork the worker, report its wait status."""
     try:
         os.setsid()
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != zygote:  # the zygote died before the line above
+        if select.select([zygote], [], [], 0)[0]:  # the zygote (a pidfd) died before the line above
             os._exit(LAUNCH_FAILED)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for target, fd in enumerate(fds[:3]):
+        for target, fd in enumerate(fds):  # stdin, stdout, stderr, status (3)
             os.dup2(fd, target)
         for name in os.listdir("/proc/self/fd"):  # the zygote's socket, other calls' pipes: none stays open
-            if int(name) > 2:
+            if int(name) > 3:
                 try:
                     os.close(int(name))
                 except OSError:
                     pass
-        _check(_libc.unshare(NAMESPACES), "unshare")
-        read_end, report = os.pipe()
-        init = os.fork()
-        if init == 0:
-            os.close(read_end)
-            _init(report, root, prefix, tmp_mb, worker_args)
-        os.close(report)
-        data = b""
-        while chunk := os.read(read_end, 4 - len(data)):
-            data += chunk
-            if len(data) == 4:
+        _check(_libc.unshare(NAMESPACES & ~CLONE_NEWPID), "unshare")  # the pid namespace is already new
+        _build_root(root, prefix, tmp_mb)
+        worker = os.fork()
+        if worker == 0:
+            os.close(3)
+            _worker(*worker_args)
+        while True:
+            pid, status = os.waitpid(-1, 0)  # reap orphans until the worker is done
+            if pid == worker:
                 break
-        os.waitpid(init, 0)
-        if len(data) != 4:
-            raise OSError("the sandbox's init died before its worker ended")
-        status = int.from_bytes(data, "little")
+        os.write(3, f"exit {status}\n".encode())
     except BaseException as exc:
         try:
             os.write(2, f"sandbox: {exc}\n".encode())
         finally:
             os._exit(LAUNCH_FAILED)
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else LAUNCH_FAILED)
+    os._exit(0)  # pid 1 exits: the kernel kills what is left in the namespace
 
 
 def main() -> None:
@@ -244,13 +221,14 @@ def main() -> None:
     path = list(sys.path)
     with open("/proc/sys/kernel/cap_last_cap") as f:
         last_cap = int(f.read())
-    zygote = os.getpid()
+    zygote = os.pidfd_open(os.getpid())  # its calls' inits poll it: readable once the zygote has exited
+    own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     gc.freeze()  # what the zygote holds now stays out of the calls' collections: fewer copied pages per fork
-    calls: dict[int, tuple[str, int]] = {}  # launcher pid -> (call id, status pipe)
+    calls: dict[int, tuple[str, int]] = {}  # init pid -> (call id, status pipe)
     by_id: dict[str, int] = {}
     while True:
         ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
@@ -265,10 +243,13 @@ def main() -> None:
                     break
                 call_id, status_fd = calls.pop(pid)
                 by_id.pop(call_id, None)
-                try:
-                    os.write(status_fd, f"exit {status}\n".encode())
-                except OSError:
-                    pass
+                if not (
+                    os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+                ):  # else the init reported the worker
+                    try:
+                        os.write(status_fd, f"exit {status}\n".encode())
+                    except OSError:
+                        pass
                 os.close(status_fd)
         if sock.fileno() in ready:
             msg, fds, _, _ = socket.recv_fds(sock, 512, 4)
@@ -276,10 +257,7 @@ def main() -> None:
                 break
             words = msg.decode().split()
             if words[0] == "kill" and words[1] in by_id:
-                try:
-                    os.killpg(by_id[words[1]], signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                os.kill(by_id[words[1]], signal.SIGKILL)  # not reaped yet, so the pid is still the init's
             elif words[0] == "run" and len(fds) == 4:
                 call_id = words[1]
                 uid, mem, cpu, nproc, fsize = (int(w) for w in words[2:7])
@@ -291,12 +269,16 @@ def main() -> None:
                     (resource.RLIMIT_CORE, 0),
                 ]
                 try:
+                    _check(
+                        _libc.unshare(CLONE_NEWPID), "unshare(pid)"
+                    )  # the next child is pid 1 of a new one
                     pid = os.fork()
                 except OSError as exc:
-                    os.write(fds[3], f"error fork failed: {exc}\n".encode())
+                    os.write(fds[3], f"error {exc}\n".encode())
                     pid = -1
                 if pid == 0:
-                    _launcher(zygote, fds, root, prefix, tmp_mb, (uid, limits, last_cap, path))
+                    _init(zygote, fds, root, prefix, tmp_mb, (uid, limits, last_cap, path))
+                _check(_libc.setns(own_pid_ns, CLONE_NEWPID), "setns")  # later children: a new one each
                 for fd in fds[:3]:
                     os.close(fd)
                 if pid > 0:
@@ -309,10 +291,7 @@ def main() -> None:
                 for fd in fds:
                     os.close(fd)
     for pid in calls:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        os.kill(pid, signal.SIGKILL)  # an init: its namespace goes with it
 
 
 if __name__ == "__main__":
