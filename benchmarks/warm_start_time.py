@@ -1,0 +1,118 @@
+"""A preset's warm start wall-clock, this code against a reference commit, at the preset's own stop rule (issue 38).
+
+Runs ``trace-rl train --preset P --steps 1`` (no evaluation) with each code from the same config and seed, and
+reads the warm start's record (``sft/sft.json``: ``seconds``, ``steps``, whether the stop rule ``stopped`` it,
+and, where the code records it, ``eval_seconds``, the probes' share). The reference code (a git revision, default
+1d161c0, the branch point of issue 38) is checked out into a temporary worktree and run with its own ``src``
+first on PYTHONPATH, as `benchmarks/step_breakdown.py` does.
+
+``--concurrent`` runs the two codes at the same time, one process each (with ``--threads 1`` on a 2-core
+machine: one core each, both meeting the same load for the whole run; a full `multistep` warm start takes tens
+of minutes, so back-to-back runs would meet different loads); otherwise they run one after the other,
+``--repeats`` times, alternating which goes first. Prints one JSON line: per code the medians over repeats of
+``seconds`` (and ``eval_seconds`` where recorded), the ``steps`` each run took, and ``ratio`` = current /
+reference seconds.
+
+    python benchmarks/warm_start_time.py --preset multistep --concurrent
+    python benchmarks/warm_start_time.py --preset multistep --set policy.sft_steps=300 --set policy.sft_min_steps=300
+
+Seconds are wall-clock: run on a quiet machine (the JSON records the load average before and after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def start(src: Path, out: Path, args: argparse.Namespace) -> subprocess.Popen[str]:
+    """Start one ``train`` run of the code under ``src`` (its warm start and one RL step)."""
+    sets = ["steps=1", "eval_every=0", f"threads={args.threads}", f"seed={args.seed}", *args.set]
+    cmd = [sys.executable, "-m", "trace_rl.cli.main", "train", "--preset", args.preset, "--out", str(out)]
+    for s in sets:
+        cmd += ["--set", s]
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen[str], out: Path) -> dict[str, Any]:
+    """Wait for a run; its warm start's record."""
+    _, err = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"train failed ({out}):\n{err[-3000:]}")
+    record: dict[str, Any] = json.loads((out / "sft" / "sft.json").read_text())
+    return {k: record[k] for k in ("seconds", "steps", "stopped", "eval_seconds") if k in record}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="multistep")
+    ap.add_argument("--reference", default="1d161c0", help="git revision of the code to compare against")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--concurrent", action="store_true", help="run the two codes at the same time")
+    ap.add_argument("--set", action="append", default=[], help="extra config overrides, for both codes")
+    args = ap.parse_args()
+    if args.repeats < 1:
+        ap.error("--repeats must be >= 1")
+    load_before = os.getloadavg()
+    tmp = Path(tempfile.mkdtemp(prefix="warm-start-time-"))
+    worktree = tmp / "reference"
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(worktree), args.reference],
+        check=True,
+        capture_output=True,
+    )
+    codes = {"current": REPO / "src", "reference": worktree / "src"}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in codes}
+    try:
+        for r in range(args.repeats):
+            order = ["reference", "current"] if r % 2 == 0 else ["current", "reference"]
+            if args.concurrent:
+                procs = {name: start(codes[name], tmp / f"{name}_{r}", args) for name in order}
+                for name, proc in procs.items():
+                    runs[name].append(finish(proc, tmp / f"{name}_{r}"))
+            else:
+                for name in order:
+                    runs[name].append(
+                        finish(start(codes[name], tmp / f"{name}_{r}", args), tmp / f"{name}_{r}")
+                    )
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(worktree)], check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+    result: dict[str, Any] = {}
+    for name, recs in runs.items():
+        result[name] = {
+            "seconds": statistics.median(r["seconds"] for r in recs),
+            "steps": [r["steps"] for r in recs],
+            "stopped": [r["stopped"] for r in recs],
+        }
+        if all("eval_seconds" in r for r in recs):
+            result[name]["eval_seconds"] = statistics.median(r["eval_seconds"] for r in recs)
+    result["ratio"] = result["current"]["seconds"] / result["reference"]["seconds"]
+    result.update(
+        preset=args.preset,
+        reference_rev=args.reference,
+        sets=args.set,
+        threads=args.threads,
+        repeats=args.repeats,
+        concurrent=args.concurrent,
+        loadavg_before=load_before[0],
+        loadavg_after=os.getloadavg()[0],
+    )
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
