@@ -1,9 +1,9 @@
 """Print environment speed numbers: sandbox latency and CPU per call per backend, and env-check wall time per env.
 
 Run: .venv/bin/python benchmarks/envs.py [--calls 20 --gap-ms 20 --rounds 3 --sandbox-only]  (numbers, not a test; the
-machine may be shared and noisy). For bwrap and unshare the latency line compares calls that start their own sandbox
-(``spares=0``) with calls served by sandboxes started ahead (`run_python`'s default), alternating the two; the
-zygote backend forks every call and keeps no spares. The CPU line (root, with a cgroup-v1 ``cpuacct`` or cgroup-v2
+machine may be shared and noisy). The latency line compares calls that start their own sandbox
+(``spares=0``) with calls served by sandboxes started ahead (`run_python`'s default), alternating the two (for the
+zygote backend a spare is a call forked ahead). The CPU line (root, with a cgroup-v1 ``cpuacct`` or cgroup-v2
 hierarchy) is the CPU time of everything a call runs, launchers, sandbox and interpreter included, which
 ``getrusage`` misses where a launcher does not wait for its children: this process moves into a cgroup of its own
 and reads its usage around ``--calls`` calls of each backend (``spares=0``: the start is counted, not hidden).
@@ -89,16 +89,15 @@ def main() -> None:
         p.error("--calls and --rounds must be >= 1 and --gap-ms >= 0")
     usage = _cgroup_usage_reader()
     for backend in available_backends():
-        settings = (0,) if backend == "zygote" else (0, DEFAULT_SPARES)
+        settings = (0, DEFAULT_SPARES)
         by: dict[int, list[float]] = {n: [] for n in settings}
         for r in range(args.rounds):  # alternate, so both settings meet the same machine load
             for spares in settings if r % 2 == 0 else settings[::-1]:
                 by[spares].append(sandbox_latency(backend, spares, args.calls, args.gap_ms / 1000))
         cold = statistics.median(by[0])
         line = f"sandbox {backend}: median {1000 * cold:.1f} ms per call started on demand (spares=0)"
-        if len(settings) > 1:
-            warm = statistics.median(by[DEFAULT_SPARES])
-            line += f", {1000 * warm:.1f} ms with {DEFAULT_SPARES} started ahead (ratio {warm / cold:.2f})"
+        warm = statistics.median(by[DEFAULT_SPARES])
+        line += f", {1000 * warm:.1f} ms with {DEFAULT_SPARES} started ahead (ratio {warm / cold:.2f})"
         line += f"; {args.rounds} rounds x {args.calls} calls, {args.gap_ms:g} ms apart"
         if usage is not None:
             line += f"; CPU {1000 * sandbox_cpu(backend, args.calls, usage):.1f} ms per call"

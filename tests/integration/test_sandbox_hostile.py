@@ -26,15 +26,6 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-EXEC_BACKENDS = [b for b in BACKENDS if b != "zygote"]  # those that start sandboxes ahead (`spares`)
-
-
-@pytest.fixture(params=EXEC_BACKENDS or ["missing"])
-def exec_backend(request: pytest.FixtureRequest) -> str:
-    require("sandbox", bool(EXEC_BACKENDS))
-    return str(request.param)
-
-
 def _still_alive() -> None:
     # The caller keeps working: a trivial call still runs after each attack.
     assert os.getpid() > 0
@@ -258,7 +249,7 @@ def test_bad_arguments_raise() -> None:
         run_python("print(1)", spares=-1)
 
 
-def test_started_spares_serve_one_call_each(exec_backend: str) -> None:
+def test_started_spares_serve_one_call_each(backend: str) -> None:
     # Sandboxes started ahead of their calls (the default): every call still gets a fresh one, so nothing one
     # call leaves in /tmp, its pid namespace or its process table reaches the next; same results with none kept.
     from trace_rl.envs import sandbox
@@ -269,18 +260,18 @@ def test_started_spares_serve_one_call_each(exec_backend: str) -> None:
         "open('/tmp/mark', 'w').write('x')\n"
         "print(seen, len([p for p in os.listdir('/proc') if p.isdigit()]))"
     )
-    run_python("print(1)", backend=exec_backend, spares=2)  # type: ignore[arg-type]
-    key = (exec_backend, 5.0, 512, sandbox.DEFAULT_MAX_PROCS, sandbox._python_paths())
+    run_python("print(1)", backend=backend, spares=2)  # type: ignore[arg-type]
+    key = (backend, 5.0, 512, sandbox.DEFAULT_MAX_PROCS, sandbox._python_paths())
     deadline = time.monotonic() + 10
     while sandbox._SPARES.ready(key) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert sandbox._SPARES.ready(key) == 2
-    outs = [run_python(code, backend=exec_backend, spares=2).stdout for _ in range(4)]  # type: ignore[arg-type]
-    outs.append(run_python(code, backend=exec_backend, spares=0).stdout)  # type: ignore[arg-type]
+    outs = [run_python(code, backend=backend, spares=2).stdout for _ in range(4)]  # type: ignore[arg-type]
+    outs.append(run_python(code, backend=backend, spares=0).stdout)  # type: ignore[arg-type]
     assert outs[0].startswith("False ") and outs == [outs[-1]] * 5, outs  # no mark seen, same process count
 
 
-def test_limits_hold_on_a_sandbox_started_ahead(exec_backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_limits_hold_on_a_sandbox_started_ahead(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # The attacks above mostly start their own sandbox (their limits are a key of their own, used once). Here each
     # runs on a spare that waited idle first: the wall limit counts from the code's handover, the address-space
     # and process limits are the spare's own.
@@ -289,7 +280,7 @@ def test_limits_hold_on_a_sandbox_started_ahead(exec_backend: str, monkeypatch: 
     from trace_rl.envs import sandbox
 
     limits = {"timeout_s": 1.0, "memory_mb": 256, "max_procs": 16}
-    key = (exec_backend, 1.0, 256, 16, sandbox._python_paths())
+    key = (backend, 1.0, 256, 16, sandbox._python_paths())
     starts: list[str] = []  # the thread of every sandbox start: the caller's when a call starts its own
     real_start = sandbox._start
 
@@ -302,13 +293,13 @@ def test_limits_hold_on_a_sandbox_started_ahead(exec_backend: str, monkeypatch: 
     def on_a_spare(code: str) -> tuple[sandbox.ExecResult, float]:
         deadline = time.monotonic() + 10
         while sandbox._SPARES.ready(key) < 1 and time.monotonic() < deadline:
-            run_python("pass", backend=exec_backend, spares=1, **limits)  # type: ignore[arg-type]
+            run_python("pass", backend=backend, spares=1, **limits)  # type: ignore[arg-type]
             time.sleep(0.2)
         time.sleep(1.5)  # idle longer than the wall limit
         assert sandbox._SPARES.ready(key) == 1
         starts.clear()
         t0 = time.monotonic()
-        res = run_python(code, backend=exec_backend, spares=1, **limits)  # type: ignore[arg-type]
+        res = run_python(code, backend=backend, spares=1, **limits)  # type: ignore[arg-type]
         assert threading.current_thread().name not in starts  # served by the spare, not started on demand
         return res, time.monotonic() - t0
 
@@ -320,7 +311,7 @@ def test_limits_hold_on_a_sandbox_started_ahead(exec_backend: str, monkeypatch: 
         res, _ = on_a_spare(_FORK_PROBE)
         assert res.stdout.strip().isdigit() and int(res.stdout) < 16
     finally:
-        run_python("pass", backend=exec_backend, spares=0, **limits)  # type: ignore[arg-type]  # stop keeping spares
+        run_python("pass", backend=backend, spares=0, **limits)  # type: ignore[arg-type]  # stop keeping spares
 
 
 def test_no_capability_and_own_uid_left(backend: str) -> None:
@@ -361,13 +352,6 @@ def test_zygote_calls_share_nothing_but_the_started_interpreter() -> None:
         ]
     assert all(o[:2] == ["False", "2"] for o in outs), outs  # its init and itself: nothing of another call
     assert len({o[2] for o in outs[:4]}) == 4  # the 4 concurrent calls held 4 different uids
-
-
-def test_zygote_spares_are_refused() -> None:
-    _zygote_required()
-    with pytest.raises(ValueError, match="zygote backend keeps none"):
-        run_python("print(1)", backend="zygote", spares=2)
-    assert run_python("print(1)", backend="zygote", spares=0).stdout == "1\n"
 
 
 def test_zygote_restarts_after_it_dies_and_the_call_it_ran_fails_visibly() -> None:

@@ -356,41 +356,27 @@ def _collect(out_fd: int, err_fd: int, deadline: float, max_output_bytes: int) -
     return out
 
 
-def _run_zygote(
-    code: str, timeout_s: float, memory_mb: int, max_procs: int, max_output_bytes: int
+def _finish_zygote(
+    call: sandbox_zygote.ZygoteCall, code: str, timeout_s: float, max_output_bytes: int
 ) -> ExecResult:
-    """One call on this process's zygote (`trace_rl.envs.sandbox_zygote`), under its own uid lease."""
-    python, _ = _python_paths()
-    limits = {
-        "as_bytes": memory_mb * 1024 * 1024,
-        "cpu_s": max(1, int(timeout_s) + 1),
-        "nproc": max_procs,
-        "fsize": TMP_SIZE_MB * 1024 * 1024,
-    }
-    lease = lease_uid()
-    try:
-        call = sandbox_zygote.zygote(python, TMP_SIZE_MB).spawn(lease.uid, limits)
-        try:
-            _give_code(call.stdin, code)
-            call.close_stdin()
-            deadline = time.monotonic() + timeout_s
-            out = _collect(call.stdout, call.stderr, deadline, max_output_bytes)
-            if out.timed_out or out.stopped:
-                call.kill()
-            line = call.read_status(time.monotonic() + max(0.5, deadline - time.monotonic()))
-            if line is None:  # output closed but the call goes on (a daemon holding no pipe): the time is up
-                out.timed_out = True
-                call.kill()
-                line = call.read_status(time.monotonic() + sandbox_zygote.REPLY_TIMEOUT_S)
-            if line is None or not line.startswith("exit "):
-                sandbox_zygote.stop_zygote()  # gone or hung: the next call starts a new one
-                note = "\nsandbox: the zygote stopped during the call; the call was killed\n"
-                return out.result(-signal.SIGKILL, "zygote", note)
-            return out.result(os.waitstatus_to_exitcode(int(line.split()[1])), "zygote")
-        finally:
-            call.close()
-    finally:
-        lease.release()
+    """`_finish` for a call forked by the zygote (`trace_rl.envs.sandbox_zygote`): the zygote kills and reaps it,
+    and reports its wait status on the call's status pipe."""
+    _give_code(call.stdin, code)
+    call.close_stdin()
+    deadline = time.monotonic() + timeout_s
+    out = _collect(call.stdout, call.stderr, deadline, max_output_bytes)
+    if out.timed_out or out.stopped:
+        call.kill()
+    line = call.read_status(time.monotonic() + max(0.5, deadline - time.monotonic()))
+    if line is None:  # output closed but the call goes on (a daemon holding no pipe): the time is up
+        out.timed_out = True
+        call.kill()
+        line = call.read_status(time.monotonic() + sandbox_zygote.REPLY_TIMEOUT_S)
+    if line is None or not line.startswith("exit "):
+        sandbox_zygote.stop_zygote()  # gone or hung: the next call starts a new one
+        note = "\nsandbox: the zygote stopped during the call; the call was killed\n"
+        return out.result(-signal.SIGKILL, "zygote", note)
+    return out.result(os.waitstatus_to_exitcode(int(line.split()[1])), "zygote")
 
 
 def _decode(data: bytes | bytearray, *, cut: bool) -> tuple[str, int]:
@@ -450,6 +436,9 @@ class _Started:
         except ChildProcessError:
             return False
 
+    def finish(self, code: str, timeout_s: float, max_output_bytes: int, backend: str) -> ExecResult:
+        return _finish(self.proc, code, timeout_s, max_output_bytes, backend)
+
     def release(self) -> None:
         """Release the uid and root folder (after the process was reaped)."""
         if self.lease is not None:
@@ -480,24 +469,69 @@ class _Started:
         self.root = None  # the parent removes it
 
 
+@dataclass
+class _ZygoteStarted:
+    """A call forked by the zygote, waiting for its code on stdin, with its uid lease: a
+    `trace_rl.envs.sandbox_spares.Spare`, as `_Started` is for the other backends."""
+
+    call: sandbox_zygote.ZygoteCall
+    lease: UidLease
+
+    def alive(self) -> bool:
+        return self.call.running()
+
+    def finish(self, code: str, timeout_s: float, max_output_bytes: int, backend: str) -> ExecResult:
+        return _finish_zygote(self.call, code, timeout_s, max_output_bytes)
+
+    def release(self) -> None:
+        """Close the call's pipes and release the uid (after the zygote reported the call's end)."""
+        self.call.close()
+        self.lease.release()
+
+    def discard(self) -> None:
+        """Kill the unused call, wait for the zygote to report it, release what it holds."""
+        self.call.kill()
+        self.call.read_status(time.monotonic() + sandbox_zygote.REPLY_TIMEOUT_S)
+        self.release()
+
+    def forget(self) -> None:
+        """In a forked child: close the inherited descriptors only; the parent's call and uid stay its own."""
+        self.call.forget()
+        self.lease.forget()
+
+
 DEFAULT_SPARES = 4
 """Started sandboxes `run_python` keeps ready per backend and limits (`trace_rl.envs.sandbox_spares`)."""
 
-_SPARES: SparePool[_Started] = SparePool()
+_SPARES: SparePool[_Started | _ZygoteStarted] = SparePool()
 atexit.register(_SPARES.close)
 
 
-def _start(backend: str, timeout_s: float, memory_mb: int, max_procs: int) -> _Started:
+def _start(backend: str, timeout_s: float, memory_mb: int, max_procs: int) -> _Started | _ZygoteStarted:
     """Start one sandbox for ``backend`` under the given limits; it waits for its code on stdin.
 
     Raises:
         UserError: an unknown backend.
         SandboxLockError / RuntimeError: no safe lock folder, or no free uid (`trace_rl.envs.sandbox_uids.call_uid`).
-        OSError: the launcher could not be started.
+        OSError: the launcher could not be started (`trace_rl.envs.sandbox_zygote.ZygoteError`: the zygote).
     """
-    if backend not in ("bwrap", "unshare", "none"):
+    if backend not in ("zygote", "bwrap", "unshare", "none"):
         raise UserError(f"unknown sandbox backend {backend!r}; expected zygote, bwrap, unshare or none")
     python, prefix = _python_paths()
+    if backend == "zygote":
+        zygote_limits = {
+            "as_bytes": memory_mb * 1024 * 1024,
+            "cpu_s": max(1, int(timeout_s) + 1),
+            "nproc": max_procs,
+            "fsize": TMP_SIZE_MB * 1024 * 1024,
+        }
+        lease = lease_uid()
+        try:
+            call = sandbox_zygote.zygote(python, TMP_SIZE_MB).spawn(lease.uid, zygote_limits)
+        except BaseException:
+            lease.release()
+            raise
+        return _ZygoteStarted(call, lease)
     limits = _prlimit_args(timeout_s, memory_mb, max_procs)
     if backend == "none":
         # Limits and an empty environment only; no isolation (explicit opt-in by the caller).
@@ -529,16 +563,14 @@ def _run_with(
     max_output_bytes: int,
     spares: int = 0,
 ) -> ExecResult:
-    if backend == "zygote":
-        return _run_zygote(code, timeout_s, memory_mb, max_procs, max_output_bytes)
-    if backend not in ("bwrap", "unshare", "none"):
+    if backend not in ("zygote", "bwrap", "unshare", "none"):
         raise UserError(f"unknown sandbox backend {backend!r}; expected auto, zygote, bwrap, unshare or none")
     key = (backend, float(timeout_s), int(memory_mb), int(max_procs), _python_paths())
     started = _SPARES.take(key, spares, functools.partial(_start, backend, timeout_s, memory_mb, max_procs))
     if started is None:
         started = _start(backend, timeout_s, memory_mb, max_procs)
     try:
-        return _finish(started.proc, code, timeout_s, max_output_bytes, backend)
+        return started.finish(code, timeout_s, max_output_bytes, backend)
     finally:
         started.release()
 
@@ -551,7 +583,7 @@ def run_python(
     backend: Backend = "auto",
     max_procs: int = DEFAULT_MAX_PROCS,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT,
-    spares: int | None = None,
+    spares: int = DEFAULT_SPARES,
 ) -> ExecResult:
     """Run ``code`` with ``python -I -S`` in a sandbox and return its output.
 
@@ -573,15 +605,14 @@ def run_python(
             torn down after it (its own namespaces, uid, /tmp and limits, as a call started on demand); the
             wall-clock limit counts from the moment the code is handed over, and the CPU limit includes the
             interpreter's start (about 20 ms). 0: every call starts its own sandbox, as before. At most
-            ``MAX_SPARES`` (64). None (default): ``DEFAULT_SPARES`` for bwrap, unshare and none; the zygote
-            backend forks each call from a started interpreter and keeps none (a number > 0 with it is an
-            error).
+            ``MAX_SPARES`` (64). With the zygote backend a spare is a call forked ahead (its namespaces, root,
+            uid and limits set up, its interpreter waiting for the code).
 
     Returns:
         ExecResult. Errors of the code itself (exceptions, limits hit) show in returncode and stderr.
 
     Raises:
-        ValueError: bad limits or backend name, or ``spares`` > 0 with the zygote backend.
+        ValueError: bad limits or backend name.
         SandboxUnavailableError: ``backend="auto"`` and no isolating backend works here (bwrap missing and unshare
             not permitted); the message says how to fix it.
     """
@@ -591,8 +622,7 @@ def run_python(
         raise ValueError(f"memory_mb must be >= 64 (the interpreter needs it), got {memory_mb}")
     if max_procs < 1 or max_output_bytes < 1:
         raise ValueError("max_procs and max_output_bytes must be >= 1")
-    if spares is not None:
-        check_spares(spares)
+    check_spares(spares)
     if backend == "auto":
         backends = available_backends()
         if not backends:
@@ -601,10 +631,4 @@ def run_python(
                 "root so `unshare` can create namespaces; pass backend='none' to run unsandboxed on purpose"
             )
         backend = backends[0]  # type: ignore[assignment]
-    if backend == "zygote" and spares:
-        raise ValueError(
-            "spares start bwrap/unshare sandboxes ahead; the zygote backend keeps none (pass 0 or None)"
-        )
-    if spares is None:
-        spares = 0 if backend == "zygote" else DEFAULT_SPARES
     return _run_with(backend, code, timeout_s, memory_mb, max_procs, max_output_bytes, spares)

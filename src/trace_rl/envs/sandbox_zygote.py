@@ -146,6 +146,16 @@ class ZygoteCall:
         line, self._buf = self._buf.split(b"\n", 1)
         return line.decode()
 
+    def running(self) -> bool:
+        """Not ended yet: the zygote has written nothing more about it (checked without waiting)."""
+        return not self._buf and not select.select([self.status], [], [], 0)[0]
+
+    def forget(self) -> None:
+        """In a forked child: close the inherited descriptors only (the call stays the parent's)."""
+        for fd in (self.stdin, self.stdout, self.stderr, self.status):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
     def kill(self) -> None:
         """SIGKILL the call's init (its namespace, the worker included, dies with it)."""
         self.zygote.kill(self.call_id)
