@@ -411,3 +411,86 @@ def test_zygote_dies_with_its_caller() -> None:
         if caller.poll() is None:
             caller.kill()
             caller.wait()
+
+
+def test_code_runs_as_in_a_fresh_interpreter(backend: str) -> None:
+    # The zygote runs the code in an interpreter it started earlier: nothing of its own may show. Its
+    # `from __future__ import annotations` must not reach the code, sys.excepthook is the one that reports, the
+    # traceback holds only the code's frames, and __main__ has the names `python -I -S -` gives it.
+    res = run_python("def f(x: UndefinedName): pass\nprint('ran')", backend=backend)  # type: ignore[arg-type]
+    assert "NameError" in res.stderr and res.stdout == "" and res.returncode == 1
+    res = run_python(
+        "import sys\nsys.excepthook = lambda *a: print('HOOKED', a[0].__name__)\n1/0", backend=backend
+    )  # type: ignore[arg-type]
+    assert (res.stdout, res.returncode) == ("HOOKED ZeroDivisionError\n", 1)
+    res = run_python("def g():\n    raise ValueError('x')\ng()", backend=backend)  # type: ignore[arg-type]
+    assert res.stderr == (
+        'Traceback (most recent call last):\n  File "<stdin>", line 3, in <module>\n'
+        '  File "<stdin>", line 2, in g\nValueError: x\n'
+    )
+    res = run_python("print(sorted(k for k in globals() if k != 'k'), __file__, __name__)", backend=backend)  # type: ignore[arg-type]
+    names = (
+        "['__annotations__', '__builtins__', '__cached__', '__doc__', '__file__', '__loader__', '__name__', "
+    )
+    assert res.stdout == names + "'__package__', '__spec__'] <stdin> __main__\n"
+    res = run_python("def r(n):\n    return 0 if n == 0 else 1 + r(n - 1)\nprint(r(980))", backend=backend)  # type: ignore[arg-type]
+    assert res.stdout == "980\n"  # the zygote's own frames do not eat into the recursion limit
+
+
+def test_zygote_killed_under_concurrent_calls_fails_only_the_calls_it_ran() -> None:
+    # A dead zygote fails the calls it was running (visibly); the other threads' calls start on a new zygote,
+    # and no call raises (a first version stopped the new zygote from every failed call, found in review).
+    _zygote_required()
+    import signal
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from trace_rl.envs import sandbox_zygote
+
+    assert run_python("print(1)", backend="zygote").stdout == "1\n"
+    zyg = sandbox_zygote._ZYGOTE
+    assert zyg is not None
+    killed_at: list[float] = []
+
+    def kill() -> None:
+        killed_at.append(time.monotonic())
+        os.kill(zyg.proc.pid, signal.SIGKILL)
+
+    def loop() -> list[tuple[float, int]]:
+        out = []
+        for _ in range(8):
+            t0 = time.monotonic()
+            res = run_python("import time\ntime.sleep(0.2)\nprint('ok')", backend="zygote")
+            out.append((t0, 0 if res.stdout == "ok\n" else res.returncode))
+        return out
+
+    timer = threading.Timer(0.5, kill)
+    timer.start()
+    with ThreadPoolExecutor(6) as pool:
+        results = [
+            r for f in [pool.submit(loop) for _ in range(6)] for r in f.result()
+        ]  # raises if a call raised
+    timer.join()
+    late = [rc for t0, rc in results if t0 > killed_at[0] + 0.5]
+    assert late and all(rc == 0 for rc in late), results
+    assert sum(rc != 0 for _, rc in results) <= 6 + 4  # the calls running, and spares forked, when it died
+
+
+def test_zygote_leaves_no_folder_on_the_host() -> None:
+    _zygote_required()
+    import glob
+    import subprocess
+    import sys
+    import tempfile
+
+    pattern = os.path.join(tempfile.gettempdir(), "trace-rl-*")
+    before = set(glob.glob(pattern))
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    code = (
+        "from trace_rl.envs.sandbox import run_python\nprint(run_python('print(1)', backend='zygote').stdout)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": src}, capture_output=True, text=True
+    )
+    assert done.stdout == "1\n\n", done.stderr
+    assert set(glob.glob(pattern)) <= before

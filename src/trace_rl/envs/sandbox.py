@@ -373,7 +373,7 @@ def _finish_zygote(
         call.kill()
         line = call.read_status(time.monotonic() + sandbox_zygote.REPLY_TIMEOUT_S)
     if line is None or not line.startswith("exit "):
-        sandbox_zygote.stop_zygote()  # gone or hung: the next call starts a new one
+        sandbox_zygote.stop_zygote(only=call.zygote)  # gone or hung: the next call starts a new one
         note = "\nsandbox: the zygote stopped during the call; the call was killed\n"
         return out.result(-signal.SIGKILL, "zygote", note)
     return out.result(os.waitstatus_to_exitcode(int(line.split()[1])), "zygote")
@@ -527,7 +527,10 @@ def _start(backend: str, timeout_s: float, memory_mb: int, max_procs: int) -> _S
         }
         lease = lease_uid()
         try:
-            call = sandbox_zygote.zygote(python, TMP_SIZE_MB).spawn(lease.uid, zygote_limits)
+            try:
+                call = sandbox_zygote.zygote(python, TMP_SIZE_MB).spawn(lease.uid, zygote_limits)
+            except sandbox_zygote.ZygoteError:  # found dead (killed, or stopped by another thread): once more
+                call = sandbox_zygote.zygote(python, TMP_SIZE_MB).spawn(lease.uid, zygote_limits)
         except BaseException:
             lease.release()
             raise

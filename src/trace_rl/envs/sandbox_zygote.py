@@ -10,9 +10,10 @@ runs the code in the already started interpreter. Each call still has its own na
 limits; nothing of one call is visible to the next (the zygote never reads a call's code or output: they go
 through the call's own pipes, passed to it as descriptors).
 
-What differs from a fresh interpreter: the modules the zygote imported (os, socket, ctypes, resource, signal,
-types) are already loaded, and every call shares the zygote's string-hash seed (``hash('a')`` and the order of
-a set of strings are the same in every call, random across zygotes). Root only: a non-root caller cannot build
+What differs from a fresh interpreter (docs/environments.md lists it all): the modules the zygote imported are
+already loaded, every call shares the zygote's string-hash seed and memory layout (``hash('a')`` and the order of
+a set of strings are the same in every call, random across zygotes), and stack inspection sees the zygote's
+frames below the code's. Root only: a non-root caller cannot build
 the namespaces without a user namespace, and gets ``bwrap`` from ``backend="auto"``.
 
 The zygote exits when the caller's process ends (its socket closes) and kills every call still running; a forked
@@ -46,21 +47,22 @@ class Zygote:
 
     def __init__(self, python: str, tmp_mb: int) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.root = tempfile.mkdtemp(prefix="trace-rl-zygote-")  # each call mounts its own tmpfs here
-        os.chmod(self.root, 0o755)
+        # Each call mounts its root's tmpfs over this existing folder inside its own private mount namespace:
+        # nothing is created on the host, so nothing is left behind by a caller that dies.
+        root = os.path.realpath(tempfile.gettempdir())
         try:
             self.proc = subprocess.Popen(
-                [python, "-I", "-S", str(MAIN), str(theirs.fileno()), self.root, str(tmp_mb)],
+                [python, "-I", "-S", str(MAIN), str(theirs.fileno()), root, str(tmp_mb)],
                 pass_fds=[theirs.fileno()],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL,  # the calls' streams replace these three; each must exist
+                stdout=subprocess.DEVNULL,  # (a caller with a closed stderr would leave sys.stderr None)
+                stderr=subprocess.DEVNULL,
                 env={"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"},
                 cwd="/",
                 start_new_session=True,
             )
         except OSError:
             ours.close()
-            os.rmdir(self.root)
             raise
         finally:
             theirs.close()
@@ -96,7 +98,7 @@ class Zygote:
         if reply is None or not reply.startswith("pid "):
             call.close()
             if reply is None:
-                self.stop()
+                stop_zygote(only=self)
             raise ZygoteError(f"the sandbox zygote did not start the call: {reply or 'no answer'}")
         return call
 
@@ -105,7 +107,7 @@ class Zygote:
             self.sock.send(f"kill {call_id}".encode())
 
     def stop(self) -> None:
-        """Close the socket (the zygote kills its calls and exits), reap it, remove its mount point."""
+        """Close the socket (the zygote kills its calls and exits) and reap it."""
         with contextlib.suppress(OSError):
             self.sock.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -113,8 +115,6 @@ class Zygote:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        with contextlib.suppress(OSError):
-            os.rmdir(self.root)
 
     def forget(self) -> None:
         """In a forked child: close the inherited socket only (the parent's zygote stays the parent's)."""
@@ -147,8 +147,9 @@ class ZygoteCall:
         return line.decode()
 
     def running(self) -> bool:
-        """Not ended yet: the zygote has written nothing more about it (checked without waiting)."""
-        return not self._buf and not select.select([self.status], [], [], 0)[0]
+        """Not ended yet: its zygote lives and has written nothing more about it (checked without waiting; a
+        call forked ahead by a zygote that has died is not running, even if its init has not died yet)."""
+        return self.zygote.alive() and not self._buf and not select.select([self.status], [], [], 0)[0]
 
     def forget(self) -> None:
         """In a forked child: close the inherited descriptors only (the call stays the parent's)."""
@@ -191,11 +192,12 @@ def zygote(python: str, tmp_mb: int) -> Zygote:
         return _ZYGOTE
 
 
-def stop_zygote() -> None:
-    """Stop this process's zygote (if any); the next call starts a new one."""
+def stop_zygote(only: Zygote | None = None) -> None:
+    """Stop this process's zygote (if any; with ``only``, just when it is still that one: a call that found its
+    zygote gone must not stop the new one another thread has started since); the next call starts a new one."""
     global _ZYGOTE
     with _ZYGOTE_LOCK:
-        if _ZYGOTE is not None:
+        if _ZYGOTE is not None and (only is None or _ZYGOTE is only):
             _ZYGOTE.stop()
             _ZYGOTE = None
 

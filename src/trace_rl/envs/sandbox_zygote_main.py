@@ -46,7 +46,6 @@ import select
 import signal
 import socket
 import sys
-import traceback  # imported once here, not in every call (a few ms each)
 import types
 
 CLONE_NEWNS = 0x00020000
@@ -58,7 +57,7 @@ CLONE_NEWNET = 0x40000000
 NAMESPACES = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
 LAUNCH_FAILED = 125
 DEVICES = ("null", "zero", "urandom", "random")
 SANDBOX_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
@@ -125,38 +124,61 @@ def _drop_privileges(uid: int, limits: list[tuple[int, int]], last_cap: int) -> 
         caps = [line.split()[1] for line in f if line.startswith("Cap")]
     if os.getresuid() != (uid, uid, uid) or any(int(c, 16) for c in caps):
         raise OSError(f"privileges not dropped: uids {os.getresuid()}, capabilities {caps}")
+    _prctl(PR_SET_DUMPABLE, 1)  # what an exec after the uid change would reset: its own /proc/self is its own
     os.environ.clear()
     os.environ.update(SANDBOX_ENV)
 
 
 def _run_code(argv0_path: list[str]) -> int:
-    """Run stdin's code as ``python -I -S -`` does; return its exit code."""
+    """Run stdin's code as ``python -I -S -`` does; return its exit code (or die of SIGINT, as the interpreter
+    does after an uncaught KeyboardInterrupt)."""
     sys.argv = ["-"]
     sys.path[:] = argv0_path
     main = types.ModuleType("__main__")
+    frozen = sys.modules["_frozen_importlib"]
+    main.__dict__.update(
+        __file__="<stdin>", __cached__=None, __annotations__={}, __loader__=frozen.BuiltinImporter
+    )
     sys.modules["__main__"] = main
-    rc = 0
+    # the frames below the code (this function and its callers) do not count against its recursion limit
+    depth = 0
+    frames: types.FrameType | None = sys._getframe()
+    while frames is not None:
+        depth, frames = depth + 1, frames.f_back
+    sys.setrecursionlimit(sys.getrecursionlimit() + depth)
+    rc, interrupted = 0, False
     try:
-        code = compile(sys.stdin.buffer.read(), "<stdin>", "exec")
+        source = sys.stdin.buffer.read().decode(
+            "utf-8"
+        )  # `run_python` sends UTF-8; the interpreter reads only that
+        # dont_inherit: the zygote's own ``from __future__`` imports must not reach the code
+        code = compile(source, "<stdin>", "exec", dont_inherit=True)
         exec(code, main.__dict__)
     except SystemExit as exc:
         rc = _exit_code(exc)
-    except BaseException as exc:  # what the interpreter would print and exit 1 for
-        tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
-        if isinstance(exc, SyntaxError) and tb is None:
-            traceback.print_exception(type(exc), exc, None)  # compile error: no "Traceback" header
-        else:
-            traceback.print_exception(type(exc), exc, tb)
-        rc = 1
+    except BaseException as exc:  # what the interpreter would report through sys.excepthook, exit 1
+        exc.__traceback__ = (
+            exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+        )  # not this frame
+        try:
+            sys.excepthook(type(exc), exc, exc.__traceback__)
+        except Exception:  # a closed stderr: nothing can be printed, as with the interpreter
+            pass
+        rc, interrupted = 1, isinstance(exc, KeyboardInterrupt)
     threading = sys.modules.get("threading")
     if threading is not None:
         threading._shutdown()  # type: ignore[attr-defined]  # join non-daemon threads, as interpreter exit does
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
+        if stream is None or stream.closed:  # closed by the code: nothing left to flush
+            continue
         try:
             stream.flush()
         except Exception:  # a closed pipe: the interpreter reports it and exits 120
             rc = rc or 120
+    if interrupted:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
     return rc
 
 
