@@ -33,11 +33,9 @@ works on this machine.
 from __future__ import annotations
 
 import atexit
-import codecs
 import contextlib
 import functools
 import os
-import select
 import shutil
 import signal
 import subprocess
@@ -48,6 +46,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from trace_rl.envs import sandbox_zygote
+from trace_rl.envs.sandbox_output import MAX_DRAIN_BYTES as MAX_DRAIN_BYTES  # re-exported
+from trace_rl.envs.sandbox_output import ExecResult as ExecResult  # re-exported
+from trace_rl.envs.sandbox_output import collect, give_code
 from trace_rl.envs.sandbox_spares import SparePool, check_spares
 from trace_rl.envs.sandbox_uids import CALL_UIDS as CALL_UIDS  # re-exported: the public names stay here too
 from trace_rl.envs.sandbox_uids import NOBODY, SandboxLockError, UidLease, lease_uid
@@ -58,38 +59,7 @@ Backend = Literal["auto", "zygote", "bwrap", "unshare", "none"]
 
 DEFAULT_MAX_PROCS = 64  # processes (RLIMIT_NPROC counts threads too) per call: see trace_rl.envs.sandbox_uids
 DEFAULT_MAX_OUTPUT = 64 * 1024  # bytes kept per stream
-MAX_DRAIN_BYTES = 16 * 1024 * 1024
-"""Output beyond the cap is read and counted, not kept, up to this many bytes (both streams); more kills the run."""
 TMP_SIZE_MB = 64
-
-
-@dataclass(frozen=True)
-class ExecResult:
-    """Outcome of one sandboxed run.
-
-    Attributes:
-        stdout: decoded standard output (UTF-8, errors replaced), at most ``max_output_bytes`` bytes; a cut
-            never splits a multi-byte character (the partial character counts as dropped).
-        stderr: decoded standard error, same cap.
-        returncode: exit status; negative = killed by that signal (for example -9 after a timeout).
-        timed_out: True when the wall-clock timeout killed the run.
-        truncated: True when output beyond the cap was produced (``stdout_dropped + stderr_dropped > 0``).
-        backend: the sandbox backend that ran the code ("zygote", "bwrap", "unshare" or "none").
-        stdout_dropped: bytes of standard output produced but not kept (0 when nothing was cut).
-        stderr_dropped: the same for standard error.
-        output_stopped: True when the dropped output passed ``MAX_DRAIN_BYTES`` and the run was killed for
-            it; the dropped counts are then lower bounds.
-    """
-
-    stdout: str
-    stderr: str
-    returncode: int
-    timed_out: bool
-    truncated: bool = False
-    backend: str = ""
-    stdout_dropped: int = 0
-    stderr_dropped: int = 0
-    output_stopped: bool = False
 
 
 def _python_paths() -> tuple[str, str]:
@@ -268,10 +238,10 @@ def _finish(
     """Give a started sandbox ``code`` on stdin; collect capped output; kill the process group on limits.
     The wall-clock limit counts from here, not from the sandbox's start."""
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    _give_code(proc.stdin.fileno(), code)
+    give_code(proc.stdin.fileno(), code)
     proc.stdin.close()
     deadline = time.monotonic() + timeout_s
-    out = _collect(proc.stdout.fileno(), proc.stderr.fileno(), deadline, max_output_bytes)
+    out = collect(proc.stdout.fileno(), proc.stderr.fileno(), deadline, max_output_bytes)
     if out.timed_out or out.stopped:
         _kill_group(proc)
     # Wait for the launcher WITHOUT reaping it (WNOWAIT), kill what is left of its process group, then reap:
@@ -292,79 +262,15 @@ def _finish(
     return out.result(returncode, backend)
 
 
-def _give_code(fd: int, code: str) -> None:
-    """Write ``code`` to the sandbox's stdin (a sandbox that died first just gets nothing)."""
-    data = code.encode("utf-8", errors="replace")
-    try:
-        while data:
-            data = data[os.write(fd, data) :]
-    except BrokenPipeError:
-        pass
-
-
-@dataclass
-class _Output:
-    """What `_collect` read from a call's stdout and stderr, and why it stopped reading."""
-
-    out_fd: int
-    err_fd: int
-    bufs: dict[int, bytearray]
-    dropped: dict[int, int]
-    timed_out: bool = False
-    stopped: bool = False
-
-    def result(self, returncode: int, backend: str, note: str = "") -> ExecResult:
-        (stdout, out_cut), (stderr, err_cut) = (
-            _decode(self.bufs[fd], cut=self.dropped[fd] > 0) for fd in (self.out_fd, self.err_fd)
-        )
-        return ExecResult(
-            stdout=stdout,
-            stderr=stderr + note,
-            returncode=returncode,
-            timed_out=self.timed_out,
-            truncated=self.dropped[self.out_fd] + self.dropped[self.err_fd] > 0,
-            backend=backend,
-            stdout_dropped=self.dropped[self.out_fd] + out_cut,
-            stderr_dropped=self.dropped[self.err_fd] + err_cut,
-            output_stopped=self.stopped,
-        )
-
-
-def _collect(out_fd: int, err_fd: int, deadline: float, max_output_bytes: int) -> _Output:
-    """Read both streams until they close, keeping ``max_output_bytes`` of each and counting the rest; stop at
-    ``deadline`` (``timed_out``) or past ``MAX_DRAIN_BYTES`` dropped (``stopped``)."""
-    out = _Output(out_fd, err_fd, {out_fd: bytearray(), err_fd: bytearray()}, {out_fd: 0, err_fd: 0})
-    open_fds = {out_fd, err_fd}
-    while open_fds:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            out.timed_out = True
-            break
-        ready, _, _ = select.select(list(open_fds), [], [], remaining)
-        for fd in ready:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                open_fds.discard(fd)
-                continue
-            buf = out.bufs[fd]
-            room = max(max_output_bytes - len(buf), 0)
-            buf += chunk[:room]
-            out.dropped[fd] += max(len(chunk) - room, 0)  # counted, not kept
-        if sum(out.dropped.values()) > MAX_DRAIN_BYTES:
-            out.stopped = True
-            break
-    return out
-
-
 def _finish_zygote(
     call: sandbox_zygote.ZygoteCall, code: str, timeout_s: float, max_output_bytes: int
 ) -> ExecResult:
     """`_finish` for a call forked by the zygote (`trace_rl.envs.sandbox_zygote`): the zygote kills and reaps it,
     and reports its wait status on the call's status pipe."""
-    _give_code(call.stdin, code)
+    give_code(call.stdin, code)
     call.close_stdin()
     deadline = time.monotonic() + timeout_s
-    out = _collect(call.stdout, call.stderr, deadline, max_output_bytes)
+    out = collect(call.stdout, call.stderr, deadline, max_output_bytes)
     if out.timed_out or out.stopped:
         call.kill()
     line = call.read_status(time.monotonic() + max(0.5, deadline - time.monotonic()))
@@ -377,14 +283,6 @@ def _finish_zygote(
         note = "\nsandbox: the zygote stopped during the call; the call was killed\n"
         return out.result(-signal.SIGKILL, "zygote", note)
     return out.result(os.waitstatus_to_exitcode(int(line.split()[1])), "zygote")
-
-
-def _decode(data: bytes | bytearray, *, cut: bool) -> tuple[str, int]:
-    """UTF-8 text of a stream (invalid bytes replaced) and the bytes of a partial last character dropped
-    because the stream was cut there (0 when it was not cut: the program's own partial bytes are replaced)."""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    text = decoder.decode(bytes(data), final=not cut)
-    return text, len(decoder.getstate()[0])
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
