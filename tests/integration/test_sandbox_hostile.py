@@ -496,3 +496,23 @@ def test_zygote_leaves_no_folder_on_the_host() -> None:
     )
     assert done.stdout == "1\n\n", done.stderr
     assert set(glob.glob(pattern)) <= before
+
+
+def test_zygote_refuses_kernel_keyrings() -> None:
+    # Keys added to a uid's keyrings outlive the call (found in review): the zygote's worker refuses the keyring
+    # calls with EPERM (a seccomp filter); other calls go on, and so does the code.
+    _zygote_required()
+    from trace_rl.envs.sandbox_zygote_main import SECCOMP_KEYRING
+
+    machine = os.uname().machine
+    assert machine in SECCOMP_KEYRING, f"no keyring filter for {machine}: add its syscall numbers"
+    _, (add_key, request_key, keyctl) = SECCOMP_KEYRING[machine]
+    code = (
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        f"r = libc.syscall({add_key}, b'user', b'k', b'S' * 10, 10, -4)\nprint(r, ctypes.get_errno())\n"
+        f"r = libc.syscall({keyctl}, 0, -4, 0)\nprint(r, ctypes.get_errno())\n"
+        f"r = libc.syscall({request_key}, b'user', b'k', None, 0)\nprint(r, ctypes.get_errno())\n"
+        "print(os.getpid(), sum(range(10)))"
+    )
+    res = run_python(code, backend="zygote")
+    assert res.stdout == "-1 1\n-1 1\n-1 1\n2 45\n", res

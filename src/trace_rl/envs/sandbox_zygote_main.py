@@ -26,7 +26,8 @@ Per call, two processes (the layout of ``bwrap --unshare-pid``, whose init is pi
    TMP_MB MiB /tmp), chroots into it and forks the worker; when the worker exits it reports the worker's wait
    status and exits, which kills whatever is left in the namespace;
 2. the worker, pid 2: sets the call's limits (address space, CPU seconds, processes, file size, no core dumps),
-   empties the capability bounding set, sets no_new_privs, drops to the call's own uid and gid with no
+   empties the capability bounding set, sets no_new_privs, refuses the kernel keyring calls (a seccomp filter,
+   `_refuse_keyrings`), drops to the call's own uid and gid with no
    supplementary groups, checks that no capability is left, empties the environment but for PATH, HOME and
    LANG, then runs the code from stdin as ``python -I -S -`` would: compiled as ``<stdin>``, run as a fresh
    ``__main__``, tracebacks and ``SystemExit`` as the interpreter prints and returns them, non-daemon threads
@@ -62,7 +63,50 @@ LAUNCH_FAILED = 125
 DEVICES = ("null", "zero", "urandom", "random")
 SANDBOX_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
 
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+SECCOMP_KEYRING = {"x86_64": (0xC000003E, (248, 249, 250)), "aarch64": (0xC00000B7, (217, 218, 219))}
+"""Per machine: (AUDIT_ARCH, the numbers of add_key, request_key, keyctl): calls the worker's seccomp filter refuses."""
+
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [
+        ("code", ctypes.c_ushort),
+        ("jt", ctypes.c_ubyte),
+        ("jf", ctypes.c_ubyte),
+        ("k", ctypes.c_uint32),
+    ]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _refuse_keyrings(machine: str) -> None:
+    """A seccomp filter: the kernel keyring calls fail with EPERM (keys a call adds to its uid's keyrings would
+    outlive it, found in review), so do calls of another ABI (x32, or another architecture's numbers); anything
+    else is allowed. No filter on a machine `SECCOMP_KEYRING` does not know."""
+    if machine not in SECCOMP_KEYRING:
+        return
+    arch, (add_key, request_key, keyctl) = SECCOMP_KEYRING[machine]
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    program = [
+        (ld, 0, 0, 4),  # seccomp_data.arch
+        (jeq, 1, 0, arch),
+        (ret, 0, 0, deny),
+        (ld, 0, 0, 0),  # seccomp_data.nr
+        (jge, 4, 0, 0x40000000),  # x32
+        (jeq, 3, 0, add_key),
+        (jeq, 2, 0, request_key),
+        (jeq, 1, 0, keyctl),
+        (ret, 0, 0, allow),
+        (ret, 0, 0, deny),
+    ]
+    filters = (_SockFilter * len(program))(*(_SockFilter(*ins) for ins in program))
+    prog = _SockFprog(len(program), filters)
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
 
 
 def _check(ret: int, what: str) -> None:
@@ -117,6 +161,7 @@ def _drop_privileges(uid: int, limits: list[tuple[int, int]], last_cap: int) -> 
     for cap in range(last_cap + 1):
         _prctl(PR_CAPBSET_DROP, cap)
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    _refuse_keyrings(os.uname().machine)
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
