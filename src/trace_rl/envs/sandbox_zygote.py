@@ -67,8 +67,7 @@ class Zygote:
         finally:
             theirs.close()
         self.sock = ours
-        self._ids = itertools.count()
-        self._lock = threading.Lock()
+        self._ids = itertools.count()  # next() on it is atomic under the GIL
 
     def alive(self) -> bool:
         return self.proc.poll() is None
