@@ -23,6 +23,7 @@ Seconds are wall-clock: run on a quiet machine (the JSON records the load averag
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -30,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,37 @@ PARTS = (
 REPO = Path(__file__).resolve().parents[1]
 
 
+def train_command(src: Path, preset: str, out: Path, sets: list[str]) -> tuple[list[str], dict[str, str]]:
+    """(command, environment) of ``trace-rl train --preset PRESET --out OUT --set ...`` run with the code under
+    ``src`` first on PYTHONPATH."""
+    cmd = [sys.executable, "-m", "trace_rl.cli.main", "train", "--preset", preset, "--out", str(out)]
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd, {**os.environ, "PYTHONPATH": str(src)}
+
+
+@contextlib.contextmanager
+def codes_checked_out(reference: str, prefix: str) -> Iterator[tuple[Path, dict[str, Path]]]:
+    """A temporary folder and the ``src`` folders of the two codes: "current" (this working tree) and "reference"
+    (the git revision ``reference``, checked out as a worktree inside the folder); both removed on exit.
+
+    Raises:
+        subprocess.CalledProcessError: the revision could not be checked out.
+    """
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    worktree = tmp / "reference"
+    try:
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "add", "--detach", str(worktree), reference],
+            check=True,
+            capture_output=True,
+        )
+        yield tmp, {"current": REPO / "src", "reference": worktree / "src"}
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(worktree)], check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def train_once(src: Path, out: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     """One ``train`` run of the code under ``src``; its step records (steps >= 2, training records only)."""
     sets = [
@@ -55,10 +88,7 @@ def train_once(src: Path, out: Path, args: argparse.Namespace) -> list[dict[str,
         "policy.sft_steps=0",
         *args.set,
     ]
-    cmd = [sys.executable, "-m", "trace_rl.cli.main", "train", "--preset", args.preset, "--out", str(out)]
-    for s in sets:
-        cmd += ["--set", s]
-    env = {**os.environ, "PYTHONPATH": str(src)}
+    cmd, env = train_command(src, args.preset, out, sets)
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"train failed ({src}):\n{done.stderr[-3000:]}")
@@ -91,23 +121,12 @@ def main() -> None:
     if not (Path(args.policy) / "config.json").is_file():
         ap.error(f"--policy {args.policy} is not a policy folder (no config.json)")
     load_before = os.getloadavg()
-    tmp = Path(tempfile.mkdtemp(prefix="step-breakdown-"))
-    worktree = tmp / "reference"
-    subprocess.run(
-        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(worktree), args.reference],
-        check=True,
-        capture_output=True,
-    )
-    codes = {"current": REPO / "src", "reference": worktree / "src"}
-    records: dict[str, list[dict[str, Any]]] = {name: [] for name in codes}
-    try:
+    records: dict[str, list[dict[str, Any]]] = {"current": [], "reference": []}
+    with codes_checked_out(args.reference, "step-breakdown-") as (tmp, codes):
         for r in range(args.repeats):
             order = ["reference", "current"] if r % 2 == 0 else ["current", "reference"]
             for name in order:
                 records[name] += train_once(codes[name], tmp / f"{name}_{r}", args)
-    finally:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(worktree)], check=False)
-        shutil.rmtree(tmp, ignore_errors=True)
     result: dict[str, Any] = {name: summary(recs) for name, recs in records.items()}
     result["ratios"] = {
         k: (result["current"][k] / result["reference"][k] if result["reference"][k] > 0 else None)

@@ -4,7 +4,7 @@ Runs ``trace-rl train --preset P --steps 1`` (no evaluation) with each code from
 reads the warm start's record (``sft/sft.json``: ``seconds``, ``steps``, whether the stop rule ``stopped`` it,
 and, where the code records it, ``eval_seconds``, the probes' share). The reference code (a git revision, default
 1d161c0, the branch point of issue 38) is checked out into a temporary worktree and run with its own ``src``
-first on PYTHONPATH, as `benchmarks/step_breakdown.py` does.
+first on PYTHONPATH (`benchmarks/step_breakdown.py`'s `codes_checked_out` and `train_command`).
 
 ``--concurrent`` runs the two codes at the same time, one process each (with ``--threads 1`` on a 2-core
 machine: one core each, both meeting the same load for the whole run; a full `multistep` warm start takes tens
@@ -24,24 +24,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from step_breakdown import codes_checked_out, train_command  # benchmarks/ is the script's folder
 
 
 def start(src: Path, out: Path, args: argparse.Namespace) -> subprocess.Popen[str]:
     """Start one ``train`` run of the code under ``src`` (its warm start and one RL step)."""
     sets = ["steps=1", "eval_every=0", f"threads={args.threads}", f"seed={args.seed}", *args.set]
-    cmd = [sys.executable, "-m", "trace_rl.cli.main", "train", "--preset", args.preset, "--out", str(out)]
-    for s in sets:
-        cmd += ["--set", s]
-    env = {**os.environ, "PYTHONPATH": str(src)}
+    cmd, env = train_command(src, args.preset, out, sets)
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -67,16 +61,8 @@ def main() -> None:
     if args.repeats < 1:
         ap.error("--repeats must be >= 1")
     load_before = os.getloadavg()
-    tmp = Path(tempfile.mkdtemp(prefix="warm-start-time-"))
-    worktree = tmp / "reference"
-    subprocess.run(
-        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(worktree), args.reference],
-        check=True,
-        capture_output=True,
-    )
-    codes = {"current": REPO / "src", "reference": worktree / "src"}
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in codes}
-    try:
+    runs: dict[str, list[dict[str, Any]]] = {"current": [], "reference": []}
+    with codes_checked_out(args.reference, "warm-start-time-") as (tmp, codes):
         for r in range(args.repeats):
             order = ["reference", "current"] if r % 2 == 0 else ["current", "reference"]
             if args.concurrent:
@@ -88,9 +74,6 @@ def main() -> None:
                     runs[name].append(
                         finish(start(codes[name], tmp / f"{name}_{r}", args), tmp / f"{name}_{r}")
                     )
-    finally:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(worktree)], check=False)
-        shutil.rmtree(tmp, ignore_errors=True)
     result: dict[str, Any] = {}
     for name, recs in runs.items():
         result[name] = {
