@@ -70,6 +70,7 @@ class Zygote:
         self._ids = itertools.count()  # next() on it is atomic under the GIL
 
     def alive(self) -> bool:
+        """The zygote process has not exited (reaps it if it has)."""
         return self.proc.poll() is None
 
     def spawn(self, uid: int, limits: dict[str, int]) -> ZygoteCall:
@@ -102,6 +103,8 @@ class Zygote:
         return call
 
     def kill(self, call_id: str) -> None:
+        """Ask the zygote to SIGKILL call ``call_id``'s init (nothing happens if the call has ended or the zygote
+        is gone)."""
         with contextlib.suppress(OSError):
             self.sock.send(f"kill {call_id}".encode())
 
@@ -168,6 +171,7 @@ class ZygoteCall:
             self.stdin = -1
 
     def close(self) -> None:
+        """Close every descriptor of the call this process holds (once each)."""
         self.close_stdin()
         for fd in (self.stdout, self.stderr, self.status):
             with contextlib.suppress(OSError):
