@@ -17,7 +17,9 @@ back in one process, ``--repeats`` times. Prints one JSON line:
 ``--compare dtype`` compares the warm start's precisions instead (``policy.sft_dtype``): float32 against
 bfloat16 autocast, both on the preset's packing, with the same JSON keys where the two ways are named
 "float32" and "bfloat16" (``wall_ratio`` and ``cpu_ratio`` are bfloat16 / float32, ``max_rel_loss_err`` the
-bfloat16 loss against the float32 one).
+bfloat16 loss against the float32 one). ``--compare compile`` compares today's default (eager float32) against
+the forward through ``torch.compile(model, dynamic=True)`` (``policy.sft_compile``) at ``--dtype`` (default
+bfloat16), named "eager" and "compiled"; ``first_step_s`` then holds each way's untimed first step (the compile).
 """
 
 from __future__ import annotations
@@ -51,17 +53,18 @@ def examples_of(preset: str) -> tuple[Any, list[Any], Any]:
 
 
 def step(
-    model: Any, batch: list[Any], packed: bool, pad_id: int, dtype: str = "float32"
+    model: Any, batch: list[Any], packed: bool, pad_id: int, dtype: str = "float32", net: Any = None
 ) -> tuple[float, float]:
     """(wall seconds, CPU seconds of this process) of one SFT optimizer step on ``batch`` (the
-    `trace_rl.policy.sft.train_sft` step)."""
+    `trace_rl.policy.sft.train_sft` step); ``net``: what the loss runs through (``model`` compiled), default
+    ``model``."""
     import torch
 
     from trace_rl.policy.sft import batch_loss
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95))
     t0, c0 = time.perf_counter(), time.process_time()
-    loss = batch_loss(model, batch, 1024, pad_id, packed=packed, dtype=dtype)
+    loss = batch_loss(model if net is None else net, batch, 1024, pad_id, packed=packed, dtype=dtype)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -93,7 +96,10 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--compare", choices=("packing", "dtype"), default="packing")
+    ap.add_argument("--compare", choices=("packing", "dtype", "compile"), default="packing")
+    ap.add_argument(
+        "--dtype", choices=("float32", "bfloat16"), default="bfloat16", help="--compare compile's"
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cfg, examples, policy = examples_of(args.preset)
@@ -104,32 +110,46 @@ def main() -> None:
     ]
     pad_id = int(policy.tokenizer.pad_token_id or 0)
     model = policy.model.train()
-    # the two ways: (name, packed, dtype), the baseline first
+    # the two ways: (name, packed, dtype, compiled), the baseline first
     tree = cfg.optim.packing == "tree"
-    ways = (
-        [("padded", False, "float32"), ("packed", True, "float32")]
-        if args.compare == "packing"
-        else [("float32", tree, "float32"), ("bfloat16", tree, "bfloat16")]
-    )
+    ways = {
+        "packing": [("padded", False, "float32", False), ("packed", True, "float32", False)],
+        "dtype": [("float32", tree, "float32", False), ("bfloat16", tree, "bfloat16", False)],
+        "compile": [("eager", tree, "float32", False), ("compiled", tree, args.dtype, True)],
+    }[args.compare]
+    start = copy.deepcopy(model.state_dict())
+    # one model per way, reset to the same weights before each step (a compiled module keeps its own copy)
+    nets = {}
+    for name, _, _, compiled in ways:
+        own = copy.deepcopy(model)
+        nets[name] = (own, torch.compile(own, dynamic=True) if compiled else own)
+    first: dict[str, float] = {}
+    for name, packed, dtype, _ in ways:  # untimed first step: the compile of a compiled way
+        own, net = nets[name]
+        first[name] = step(own, batches[0], packed, pad_id, dtype, net)[0]
     errs = []
     with torch.no_grad():
         for b in batches:
-            base, new = (float(batch_loss(model, b, 1024, pad_id, packed=p, dtype=d)) for _, p, d in ways)
+            base, new = (
+                float(batch_loss(nets[name][1], b, 1024, pad_id, packed=p, dtype=d)) for name, p, d, _ in ways
+            )
             errs.append(abs(new - base) / abs(base))
-    times: dict[str, list[float]] = {name: [] for name, _, _ in ways}
-    cpu: dict[str, list[float]] = {name: [] for name, _, _ in ways}
+    times: dict[str, list[float]] = {name: [] for name, *_ in ways}
+    cpu: dict[str, list[float]] = {name: [] for name, *_ in ways}
     for _ in range(args.repeats):
         for b in batches:
-            for name, packed, dtype in ways:  # back to back, from the same weights
-                wall, used = step(copy.deepcopy(model), b, packed, pad_id, dtype)
+            for name, packed, dtype, _ in ways:  # back to back, from the same weights
+                own, net = nets[name]
+                own.load_state_dict(start)
+                wall, used = step(own, b, packed, pad_id, dtype, net)
                 times[name].append(wall)
                 cpu[name].append(used)
     lengths = [e.ids.size for e in examples]
     common = min(shared_prefix(examples[0].ids, e.ids) for e in examples)
-    computed = {name: sum(tokens(b, packed) for b in batches) for name, packed, _ in ways}
+    computed = {name: sum(tokens(b, packed) for b in batches) for name, packed, *_ in ways}
     med = {name: statistics.median(v) for name, v in times.items()}
     med_cpu = {name: statistics.median(v) for name, v in cpu.items()}
-    (base, _, _), (new, _, _) = ways
+    (base, *_), (new, *_) = ways
     print(
         json.dumps(
             {
@@ -150,6 +170,7 @@ def main() -> None:
                 "cpu_s": med_cpu,
                 "cpu_ratio": med_cpu[new] / med_cpu[base],
                 "max_rel_loss_err": max(errs),
+                "first_step_s": first,
             }
         )
     )

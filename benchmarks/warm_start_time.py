@@ -15,6 +15,8 @@ reference seconds.
 
     python benchmarks/warm_start_time.py --preset multistep --concurrent
     python benchmarks/warm_start_time.py --preset multistep --set policy.sft_steps=300 --set policy.sft_min_steps=300
+    python benchmarks/warm_start_time.py --preset multistep --concurrent \
+        --set-current policy.sft_dtype=bfloat16 --set-current policy.sft_compile=true
 
 Seconds are wall-clock: run on a quiet machine (the JSON records the load average before and after).
 """
@@ -32,9 +34,10 @@ from typing import Any
 from step_breakdown import codes_checked_out, train_command  # benchmarks/ is the script's folder
 
 
-def start(src: Path, out: Path, args: argparse.Namespace) -> subprocess.Popen[str]:
-    """Start one ``train`` run of the code under ``src`` (its warm start and one RL step)."""
-    sets = ["steps=1", "eval_every=0", f"threads={args.threads}", f"seed={args.seed}", *args.set]
+def start(src: Path, out: Path, args: argparse.Namespace, own: list[str]) -> subprocess.Popen[str]:
+    """Start one ``train`` run of the code under ``src`` (its warm start and one RL step); ``own``: overrides
+    for this code only."""
+    sets = ["steps=1", "eval_every=0", f"threads={args.threads}", f"seed={args.seed}", *args.set, *own]
     cmd, env = train_command(src, args.preset, out, sets)
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
@@ -57,22 +60,29 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--concurrent", action="store_true", help="run the two codes at the same time")
     ap.add_argument("--set", action="append", default=[], help="extra config overrides, for both codes")
+    ap.add_argument(
+        "--set-current",
+        action="append",
+        default=[],
+        help="overrides for this code only (settings the reference does not have, e.g. policy.sft_compile=true)",
+    )
     args = ap.parse_args()
     if args.repeats < 1:
         ap.error("--repeats must be >= 1")
     load_before = os.getloadavg()
     runs: dict[str, list[dict[str, Any]]] = {"current": [], "reference": []}
+    own = {"current": args.set_current, "reference": []}
     with codes_checked_out(args.reference, "warm-start-time-") as (tmp, codes):
         for r in range(args.repeats):
             order = ["reference", "current"] if r % 2 == 0 else ["current", "reference"]
             if args.concurrent:
-                procs = {name: start(codes[name], tmp / f"{name}_{r}", args) for name in order}
+                procs = {name: start(codes[name], tmp / f"{name}_{r}", args, own[name]) for name in order}
                 for name, proc in procs.items():
                     runs[name].append(finish(proc, tmp / f"{name}_{r}"))
             else:
                 for name in order:
                     runs[name].append(
-                        finish(start(codes[name], tmp / f"{name}_{r}", args), tmp / f"{name}_{r}")
+                        finish(start(codes[name], tmp / f"{name}_{r}", args, own[name]), tmp / f"{name}_{r}")
                     )
     result: dict[str, Any] = {}
     for name, recs in runs.items():
@@ -88,6 +98,7 @@ def main() -> None:
         preset=args.preset,
         reference_rev=args.reference,
         sets=args.set,
+        sets_current=args.set_current,
         threads=args.threads,
         repeats=args.repeats,
         concurrent=args.concurrent,

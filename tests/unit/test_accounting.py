@@ -356,6 +356,10 @@ def test_a_later_warm_start_key_at_its_earlier_value_keeps_old_manifests_matchin
     ]
     with pytest.raises(ConfigError, match=r"policy\.sft_dtype"):
         load_config(preset="multistep", overrides=["policy.sft_dtype=float16"])
+    # how the loss is computed is not recorded: a compiled warm start matches an eager one's manifest
+    compiled = load_config(preset="multistep", overrides=["policy.sft_compile=true"])
+    assert compiled.policy.sft_compile and "policy.sft_compile" not in warm_start_config(compiled)
+    assert config_differences(recorded, warm_start_config(compiled)) == []
     # the RL-pool probe's sampling: left out at temperature 1 / top-p 1 (every earlier probe), recorded otherwise
     assert "sampling.temperature" not in recorded and "sampling.top_p" not in recorded
     hot = load_config(preset="multistep", overrides=["sampling.temperature=1.5"])

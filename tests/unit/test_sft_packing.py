@@ -122,3 +122,52 @@ def test_bfloat16_warm_start_runs_its_products_in_bfloat16_and_stays_close(tiny_
 def test_sft_dtype_setting_is_validated() -> None:
     with pytest.raises(ValueError, match="dtype must be one of"):
         SFTConfig(dtype="half")
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_compiled_warm_start_gives_the_eager_loss_gradient_and_training(tiny_policy, packed: bool) -> None:
+    """`policy.sft_compile`: the compiled forward's loss and gradient equal the eager ones up to float32 rounding,
+    and `train_sft` through it trains the model in place, which stays an eager module (what the probes use)."""
+    model = copy.deepcopy(tiny_policy.model).train()
+    batch = examples()
+    loss_e, g_e = grads(model, batch, packed)
+    loss_c, g_c = grads(torch.compile(model, dynamic=True), batch, packed)
+    assert loss_c == pytest.approx(loss_e, rel=1e-5)
+    num = sum(float((a - b).square().sum()) for a, b in zip(g_c, g_e, strict=True))
+    assert (num / sum(float(b.square().sum()) for b in g_e)) ** 0.5 < 1e-5
+    cfg = SFTConfig(
+        steps=3, batch_size=3, eval_every=100, warmup_steps=1, packing="tree" if packed else "none"
+    )
+    eager, compiled = copy.deepcopy(tiny_policy.model), copy.deepcopy(tiny_policy.model)
+    a = train_sft(eager, batch, cfg, pad_id=0)
+    b = train_sft(compiled, batch, SFTConfig(**{**cfg.__dict__, "compile": True}), pad_id=0)
+    assert b.final_loss == pytest.approx(a.final_loss, rel=1e-4) and b.loss_curve[0][0] == a.loss_curve[0][0]
+    assert type(compiled) is type(eager)
+    start = tiny_policy.model.parameters()
+    moved = [float((p - q).abs().max()) for p, q in zip(compiled.parameters(), start, strict=True)]
+    assert max(moved) > 1e-3  # the steps trained the model itself, not a copy
+
+
+def test_a_compile_failure_is_an_error_naming_the_setting(
+    tiny_policy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Uncompilable(torch.nn.Module):  # type: ignore[misc]
+        """What torch.compile returns where inductor cannot build: it fails on the first call."""
+
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *_a: object, **_k: object) -> None:
+            raise torch._dynamo.exc.BackendCompilerFailed(print, RuntimeError("no C++ compiler found"), None)
+
+    def no_compiler(model: torch.nn.Module, **_: object) -> torch.nn.Module:
+        return Uncompilable(model)
+
+    monkeypatch.setattr(torch, "compile", no_compiler)
+    model = copy.deepcopy(tiny_policy.model)
+    before = [p.detach().clone() for p in model.parameters()]
+    cfg = SFTConfig(steps=2, batch_size=3, eval_every=100, warmup_steps=1, compile=True)
+    with pytest.raises(RuntimeError, match=r"policy\.sft_compile: .*RuntimeError: no C\+\+ compiler found"):
+        train_sft(model, examples(), cfg, pad_id=0)
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before, strict=True))  # nothing trained

@@ -76,6 +76,9 @@ def folder_hash(folder: str | Path) -> str:
     return f"sha256:{digest.hexdigest()}"
 
 
+NOT_RECORDED = ("sft_compile",)
+"""Policy keys left out of `warm_start_config`: they change how the warm start's loss is computed (rounding,
+speed), not what it computes."""
 LATER_KEYS = {"policy.sft_dtype": "float32", "sampling.temperature": 1.0, "sampling.top_p": 1.0}
 """Warm-start keys added after manifests were first written, with the value every earlier warm start had: a key
 at that value is left out of `warm_start_config`, so the warm starts kept before it still match."""
@@ -87,8 +90,11 @@ def warm_start_config(cfg: TrainConfig) -> dict[str, Any]:
     tasks are kept apart from the held-out set and the RL pool), ``env.max_turns`` and
     ``sampling.max_new_tokens`` (the probes' episodes), ``sampling.temperature`` and ``sampling.top_p`` (the
     RL-pool probe's sampling) and ``seed``. Flat ``section.key`` names; a key of `LATER_KEYS` at its earlier
-    value is left out."""
-    out: dict[str, Any] = {f"policy.{k}": v for k, v in dataclasses.asdict(cfg.policy).items()}
+    value is left out, and so is ``policy.sft_compile`` (how the same loss is computed, like ``threads`` and
+    ``optim.packing``)."""
+    out: dict[str, Any] = {
+        f"policy.{k}": v for k, v in dataclasses.asdict(cfg.policy).items() if k not in NOT_RECORDED
+    }
     for key in ("name", "data_seed", "train_limit", "eval_tasks", "task_kwargs", "max_turns"):
         out[f"env.{key}"] = getattr(cfg.env, key)
     out["sampling.max_new_tokens"] = cfg.sampling.max_new_tokens

@@ -119,6 +119,7 @@ def warm_start_policy(
         min_steps=pol.sft_min_steps,
         packing=cfg.optim.packing,  # the same loss up to rounding either way, like threads: not in the manifest
         dtype=pol.sft_dtype,
+        compile=pol.sft_compile,  # the same loss up to rounding: not in the manifest (like packing)
     )
     rule = (
         f"; stops at probe success >= {pol.sft_stop_success:g} and mixed share >= {pol.sft_stop_mixed:g}"
