@@ -280,3 +280,55 @@ def test_packing_setting_is_validated() -> None:
     with pytest.raises(ConfigError, match=r"optim\.packing"):
         load_config(preset="smoke", overrides=["optim.packing=padded"])
     assert load_config(preset="smoke").optim.packing == "tree"
+
+
+@pytest.mark.parametrize("packing", ["tree", "none"])
+def test_a_compiled_update_gives_the_eager_updates_weights(tiny_policy, packing: str) -> None:
+    """`optim.compile`: one optimizer step through torch.compile (trees with replays at depths 1-3, the KL term)
+    moves the weights as the eager step does, to float32 rounding; the compiled wrapper is made once per model."""
+    from trace_rl.policy.compiled import compiled
+
+    trees = replay_trees(2)
+    start = copy.deepcopy(tiny_policy.model)
+    ref = copy.deepcopy(tiny_policy.model)
+    moved, stats = {}, {}
+    for on in (False, True):
+        settings = UpdateSettings(
+            estimator="treerpo", minibatches=2, micro_tokens=96, packing=packing, kl_coef=0.1, compile=on
+        )
+        model = copy.deepcopy(start)
+        moved[on], stats[on] = _step(model, trees, settings, ref, "sgd")
+        if on:
+            assert compiled(model) is compiled(model) and type(model) is type(
+                start
+            )  # one wrapper, eager model
+    assert norm_error(moved[True], moved[False]) <= 1e-5
+    assert norm_error(moved[False], [p.detach().reshape(-1) for p in start.parameters()]) > 1e-4  # it trained
+    assert stats[True]["loss"] == pytest.approx(stats[False]["loss"], rel=1e-5, abs=1e-7)
+    assert stats[True]["packed"] == stats[False]["packed"] == float(packing == "tree")
+
+
+class Uncompilable(torch.nn.Module):  # type: ignore[misc]
+    """What torch.compile returns where inductor cannot build: its first call fails."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *_a: object, **_k: object) -> None:
+        raise torch._dynamo.exc.BackendCompilerFailed(print, RuntimeError("no C++ compiler"), None)
+
+
+def test_a_compile_failure_in_the_update_names_the_setting(
+    tiny_policy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import trace_rl.train.update as update
+
+    monkeypatch.setattr(update, "compiled", Uncompilable)
+    settings = UpdateSettings(estimator="treerpo", minibatches=1, micro_tokens=0, compile=True)
+    with pytest.raises(RuntimeError, match=r"optim\.compile: .*RuntimeError: no C\+\+ compiler"):
+        _step(copy.deepcopy(tiny_policy.model), replay_trees(2), settings, None, "sgd")
+    off = UpdateSettings(estimator="treerpo", minibatches=1, micro_tokens=0)
+    _step(
+        copy.deepcopy(tiny_policy.model), replay_trees(2), off, None, "sgd"
+    )  # off: the eager model, no wrapper

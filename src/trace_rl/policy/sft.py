@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from trace_rl.policy.chat import CHAT, IM_END
+from trace_rl.policy.compiled import compile_failure, compiled
 from trace_rl.policy.packing import group_sequences, pack_sequences, packed_forward, packing_support_issue
 from trace_rl.types import Task
 
@@ -273,8 +274,8 @@ def train_sft(
     ends at the first evaluation at or after ``cfg.min_steps`` whose metrics (``step``, ``loss`` and
     evaluate's) satisfy ``stop(metrics)``.
 
-    ``cfg.compile``: the SFT forward and backward run through ``torch.compile(model, dynamic=True)`` (the
-    evaluation callback still sees ``model`` itself, eager); the module's weights are shared, so nothing else
+    ``cfg.compile``: the SFT forward and backward run through ``torch.compile(model, dynamic=True)``
+    (`trace_rl.policy.compiled`; the evaluation callback still sees ``model`` itself, eager); the module's weights are shared, so nothing else
     changes. docs/benchmarks.md measures it: with ``cfg.dtype="bfloat16"`` about 0.42x the CPU time of an eager
     float32 step on the `multistep` warm start.
 
@@ -304,7 +305,7 @@ def train_sft(
         packed = False
         if log is not None:
             log(f"SFT packing=tree: {reason}; using padded batches")
-    net = torch.compile(model, dynamic=True) if cfg.compile else model
+    net = compiled(model) if cfg.compile else model
     model.train()
     for step in range(cfg.steps):
         if len(order) < cfg.batch_size:
@@ -312,15 +313,10 @@ def train_sft(
         batch = [data[order.pop()] for _ in range(cfg.batch_size)]
         try:
             loss = batch_loss(net, batch, cfg.max_len, pad_id, packed=packed, dtype=cfg.dtype)
-        except torch._dynamo.exc.TorchDynamoException as err:
-            if not cfg.compile:
-                raise
-            cause = getattr(err, "inner_exception", err)  # a backend's failure (inductor) is wrapped
-            first = (str(cause).splitlines() or [""])[0]
-            raise RuntimeError(
-                f"policy.sft_compile: torch.compile could not compile the SFT forward "
-                f"({type(cause).__name__}: {first}); set policy.sft_compile=false"
-            ) from err
+        except Exception as err:
+            if cfg.compile and (failure := compile_failure(err, "policy.sft_compile")):
+                raise failure from err
+            raise
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
         opt.zero_grad(set_to_none=True)

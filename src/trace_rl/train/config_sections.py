@@ -212,6 +212,11 @@ class OptimSection:
             attention cannot take the mask falls back to "none" with one log line. "none": one padded row per path.
             The warm start's SFT batches follow it (`trace_rl.policy.sft.batch_loss`): "tree" packs examples side
             by side into rows no longer than the batch's longest, where two fit in one.
+        compile: run the policy update's forward and backward through ``torch.compile(dynamic=True)``
+            (`trace_rl.policy.compiled`; needs a C++ compiler, an error if it cannot compile): the same
+            log-probabilities, loss and gradient up to float32 rounding, a one-off compile of about a minute on
+            the first update; about 0.85x the CPU time of an eager update on `multistep` trees
+            (docs/benchmarks.md). Off by default. The rollout engine and the reference model stay eager.
     """
 
     lr: float = 5e-5
@@ -229,6 +234,7 @@ class OptimSection:
     loss_scale_tokens: int = 0
     weight_decay: float = 0.01
     packing: str = "tree"
+    compile: bool = False
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ import numpy as np
 
 from trace_rl.advantages import grpo_advantages, token_advantages, tree_grpo_advantages, treerpo_advantages
 from trace_rl.advantages.tokens import PathTokens
+from trace_rl.policy.compiled import compile_failure, compiled
 from trace_rl.train.logprobs import sequence_logprobs
 from trace_rl.train.packing import packed_logprobs, plan_packed_passes, tree_mask_support
 from trace_rl.tree import REWARD_ATOL, RolloutTree
@@ -68,6 +69,7 @@ class UpdateSettings:
     zero_advantage_rows: str = "count"
     loss_scale_tokens: int = 0
     packing: str = "tree"
+    compile: bool = False
 
     def __post_init__(self) -> None:
         if (self.minibatches > 0) == (self.minibatch > 0):
@@ -295,8 +297,12 @@ def policy_update(
     or over its paths with signal only under "drop", and its gradient is accumulated over forward passes of at
     most ``settings.micro_tokens`` computed tokens (`forward_passes`: the same gradient, a fraction of the
     activation memory), tree-packed under ``settings.packing="tree"`` when the model supports it
-    (`trace_rl.train.packing`), padded otherwise. A minibatch with nothing to forward still takes its optimizer step
+    (`trace_rl.train.packing`), padded otherwise; through ``torch.compile`` under ``settings.compile``
+    (`trace_rl.policy.compiled`: the same loss and gradient up to float32 rounding). A minibatch with nothing to forward still takes its optimizer step
     with a zero gradient (Adam's moments keep moving, as in verl), so every method takes the same number of steps.
+
+    Raises:
+        RuntimeError: ``settings.compile`` and torch.compile cannot compile the model (names ``optim.compile``).
 
     Returns:
         mean "loss", "pg_loss", "clip_fraction", "approx_kl", "grad_norm" (and "ref_kl", the k3 KL to
@@ -320,6 +326,7 @@ def policy_update(
     steps = 0
     computed = 0
     packed = settings.packing == "tree" and any(live) and tree_mask_support(model)
+    net = compiled(model) if settings.compile else model  # the policy's forward; its weights are model's
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     for _ in range(settings.epochs):
@@ -339,7 +346,12 @@ def policy_update(
                 )
                 for micro, packed_rows, scale, token_share, tokens in passes:
                     computed += tokens
-                    loss, info = _micro_loss(model, micro, span, settings, pad_id, ref_model, packed_rows)
+                    try:
+                        loss, info = _micro_loss(net, micro, span, settings, pad_id, ref_model, packed_rows)
+                    except Exception as err:
+                        if settings.compile and (failure := compile_failure(err, "optim.compile")):
+                            raise failure from err
+                        raise
                     (loss * scale).backward()  # gradients accumulate to those of the whole minibatch's loss
                     for key, value in {"loss": loss.detach(), **info}.items():
                         weight = token_share if key in TOKEN_STATS else scale
@@ -391,4 +403,5 @@ def update_settings(cfg: Any) -> UpdateSettings:
         zero_advantage_rows=o.zero_advantage_rows,
         loss_scale_tokens=scale,
         packing=o.packing,
+        compile=o.compile,
     )
