@@ -16,6 +16,8 @@ same tokens up to rounding; the fast decode loop's log-probabilities agree withi
 
     python benchmarks/step_breakdown.py --preset multistep --policy results/c23/warm_start/sft/policy --steps 4
     python benchmarks/step_breakdown.py --preset demo --policy runs/c39/warm_start/sft/policy --steps 10
+    python benchmarks/step_breakdown.py --preset multistep --policy results/c23/warm_start/sft/policy \
+        --set-current optim.compile=true
 
 Seconds are wall-clock: run on a quiet machine (the JSON records the load average before and after).
 """
@@ -77,8 +79,21 @@ def codes_checked_out(reference: str, prefix: str) -> Iterator[tuple[Path, dict[
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def train_once(src: Path, out: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """One ``train`` run of the code under ``src``; its step records (steps >= 2, training records only)."""
+def add_set_options(ap: argparse.ArgumentParser) -> None:
+    """``--set`` (config overrides for both codes) and ``--set-current`` (for this code only: settings the
+    reference does not have, such as ``optim.compile=true``)."""
+    ap.add_argument("--set", action="append", default=[], help="extra config overrides, for both codes")
+    ap.add_argument(
+        "--set-current",
+        action="append",
+        default=[],
+        help="overrides for this code only (settings the reference does not have, e.g. optim.compile=true)",
+    )
+
+
+def train_once(src: Path, out: Path, args: argparse.Namespace, own: list[str]) -> list[dict[str, Any]]:
+    """One ``train`` run of the code under ``src`` (``own``: overrides for this code only); its step records
+    (training records only, step 1 included: `summary` leaves it out of the medians)."""
     sets = [
         f"steps={args.steps}",
         "eval_every=0",
@@ -87,19 +102,24 @@ def train_once(src: Path, out: Path, args: argparse.Namespace) -> list[dict[str,
         f"policy.name={Path(args.policy).resolve()}",
         "policy.sft_steps=0",
         *args.set,
+        *own,
     ]
     cmd, env = train_command(src, args.preset, out, sets)
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"train failed ({src}):\n{done.stderr[-3000:]}")
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return [r for r in records if "wall_s" in r and r.get("step", 0) >= 2]
+    return [r for r in records if "wall_s" in r]
 
 
 def summary(records: list[dict[str, Any]]) -> dict[str, float]:
-    out = {k: statistics.median(float(r.get(k, 0.0)) for r in records) for k in PARTS}
-    out["effective_ratio"] = statistics.fmean(float(r["effective_ratio"]) for r in records)
-    out["steps_measured"] = len(records)
+    """Medians of `PARTS` over the steps after the first, the mean effective ratio, and ``first_step_wall_s``
+    (median over runs of step 1's wall: imports, warm-up, the predictor's first fit, a compile)."""
+    later = [r for r in records if r.get("step", 0) >= 2]
+    out = {k: statistics.median(float(r.get(k, 0.0)) for r in later) for k in PARTS}
+    out["effective_ratio"] = statistics.fmean(float(r["effective_ratio"]) for r in later)
+    out["steps_measured"] = len(later)
+    out["first_step_wall_s"] = statistics.median(float(r["wall_s"]) for r in records if r.get("step") == 1)
     return out
 
 
@@ -114,7 +134,7 @@ def main() -> None:
     ap.add_argument("--reference", default="1d161c0", help="git revision of the code to compare against")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--set", action="append", default=[], help="extra config overrides, for both codes")
+    add_set_options(ap)
     args = ap.parse_args()
     if args.steps < 2:
         ap.error("--steps must be >= 2 (step 1 is not measured)")
@@ -122,11 +142,12 @@ def main() -> None:
         ap.error(f"--policy {args.policy} is not a policy folder (no config.json)")
     load_before = os.getloadavg()
     records: dict[str, list[dict[str, Any]]] = {"current": [], "reference": []}
+    own = {"current": args.set_current, "reference": []}
     with codes_checked_out(args.reference, "step-breakdown-") as (tmp, codes):
         for r in range(args.repeats):
             order = ["reference", "current"] if r % 2 == 0 else ["current", "reference"]
             for name in order:
-                records[name] += train_once(codes[name], tmp / f"{name}_{r}", args)
+                records[name] += train_once(codes[name], tmp / f"{name}_{r}", args, own[name])
     result: dict[str, Any] = {name: summary(recs) for name, recs in records.items()}
     result["ratios"] = {
         k: (result["current"][k] / result["reference"][k] if result["reference"][k] > 0 else None)
@@ -135,6 +156,8 @@ def main() -> None:
     result.update(
         preset=args.preset,
         reference_rev=args.reference,
+        sets=args.set,
+        sets_current=args.set_current,
         steps=args.steps,
         repeats=args.repeats,
         threads=args.threads,

@@ -31,7 +31,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from step_breakdown import codes_checked_out, train_command  # benchmarks/ is the script's folder
+from step_breakdown import (  # benchmarks/ is the script's folder
+    add_set_options,
+    codes_checked_out,
+    train_command,
+)
 
 
 def start(src: Path, out: Path, args: argparse.Namespace, own: list[str]) -> subprocess.Popen[str]:
@@ -59,13 +63,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--concurrent", action="store_true", help="run the two codes at the same time")
-    ap.add_argument("--set", action="append", default=[], help="extra config overrides, for both codes")
-    ap.add_argument(
-        "--set-current",
-        action="append",
-        default=[],
-        help="overrides for this code only (settings the reference does not have, e.g. policy.sft_compile=true)",
-    )
+    add_set_options(ap)
     args = ap.parse_args()
     if args.repeats < 1:
         ap.error("--repeats must be >= 1")
