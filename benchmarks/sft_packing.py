@@ -118,7 +118,7 @@ def main() -> None:
         "compile": [("eager", tree, "float32", False), ("compiled", tree, args.dtype, True)],
     }[args.compare]
     start = copy.deepcopy(model.state_dict())
-    # one model per way, reset to the same weights before each step (a compiled module keeps its own copy)
+    # one model per way, reset to the same weights before each step (a compiled way's wrapper shares them)
     nets = {}
     for name, _, _, compiled in ways:
         own = copy.deepcopy(model)
@@ -130,10 +130,10 @@ def main() -> None:
     errs = []
     with torch.no_grad():
         for b in batches:
-            base, new = (
+            loss_base, loss_new = (
                 float(batch_loss(nets[name][1], b, 1024, pad_id, packed=p, dtype=d)) for name, p, d, _ in ways
             )
-            errs.append(abs(new - base) / abs(base))
+            errs.append(abs(loss_new - loss_base) / abs(loss_base))
     times: dict[str, list[float]] = {name: [] for name, *_ in ways}
     cpu: dict[str, list[float]] = {name: [] for name, *_ in ways}
     for _ in range(args.repeats):

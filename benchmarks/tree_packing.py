@@ -19,6 +19,13 @@ of rollouts). ``--synthetic`` builds trees of the same shape instead (16 prompts
 are the `multistep` preset's: treerpo, token-mean, 2 minibatches, micro_tokens 4096.
 
     python benchmarks/tree_packing.py [--repeats 3] [--threads 1] [--synthetic] [--generate]
+
+``--compare compile`` times the packed update eager against the same update through torch.compile
+(``optim.compile``) instead, and prints ``eager_s``, ``compiled_s`` (wall medians over repeats after the first,
+which holds the compile: ``first_s``), ``cpu_ratio`` (CPU seconds of the process, compiled / eager) and
+``max_rel_weight_err`` (compiled against eager, after one update).
+
+    python benchmarks/tree_packing.py --compare compile --repeats 4
 """
 
 from __future__ import annotations
@@ -117,6 +124,54 @@ def logprob_errors(model: Any, trees: list[Any], settings: Any) -> tuple[float, 
     return rel, absolute
 
 
+def compare_compile(model: Any, start: dict[str, Any], trees: list[Any], args: argparse.Namespace) -> None:
+    """``--compare compile``: the packed update eager and through torch.compile, alternating, same start weights."""
+    import torch
+
+    from trace_rl.train.update import UpdateSettings, policy_update
+
+    ways = {
+        name: UpdateSettings(
+            estimator="treerpo", minibatches=2, micro_tokens=4096, packing="tree", compile=on
+        )
+        for name, on in (("eager", False), ("compiled", True))
+    }
+    wall: dict[str, list[float]] = {name: [] for name in ways}
+    cpu: dict[str, list[float]] = {name: [] for name in ways}
+    weights: dict[str, list[Any]] = {}
+    for _ in range(args.repeats):
+        for name, settings in ways.items():
+            model.load_state_dict(start)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95))
+            t0, c0 = time.perf_counter(), time.process_time()
+            policy_update(model, opt, trees, settings, pad_id=0, rng=np.random.default_rng(0))
+            wall[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
+            weights[name] = [p.detach().clone() for p in model.parameters()]
+    err = max(
+        float((a - b).norm() / b.norm()) for a, b in zip(weights["compiled"], weights["eager"], strict=True)
+    )
+    med = {name: statistics.median(v[1:]) for name, v in wall.items()}
+    med_cpu = {name: statistics.median(v[1:]) for name, v in cpu.items()}
+    print(
+        json.dumps(
+            {
+                "compare": "compile",
+                "trees": "synthetic" if args.synthetic else str(args.trees.relative_to(ROOT)),
+                "paths": sum(t.num_leaves for t in trees),
+                "threads": args.threads,
+                "repeats": args.repeats,
+                "eager_s": med["eager"],
+                "compiled_s": med["compiled"],
+                "wall_ratio": med["compiled"] / med["eager"],
+                "cpu_ratio": med_cpu["compiled"] / med_cpu["eager"],
+                "first_s": {name: v[0] for name, v in wall.items()},
+                "max_rel_weight_err": err,
+            }
+        )
+    )
+
+
 def _relative(path: str) -> str:
     p = Path(path)
     return str(p.relative_to(ROOT)) if p.is_absolute() and p.is_relative_to(ROOT) else path
@@ -134,6 +189,7 @@ def main() -> None:
     ap.add_argument("--policy", default=str(WARM_START) if WARM_START.exists() else "tiny")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--compare", choices=("packing", "compile"), default="packing")
     args = ap.parse_args()
 
     import torch
@@ -147,6 +203,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     policy = load_policy(args.policy)
     start = copy.deepcopy(policy.model.state_dict())
+    if args.compare == "compile":
+        compare_compile(policy.model, start, trees, args)
+        return
     settings = {
         p: UpdateSettings(estimator="treerpo", minibatches=2, micro_tokens=4096, packing=p)
         for p in ("none", "tree")

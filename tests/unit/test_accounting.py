@@ -360,6 +360,8 @@ def test_a_later_warm_start_key_at_its_earlier_value_keeps_old_manifests_matchin
     compiled = load_config(preset="multistep", overrides=["policy.sft_compile=true"])
     assert compiled.policy.sft_compile and "policy.sft_compile" not in warm_start_config(compiled)
     assert config_differences(recorded, warm_start_config(compiled)) == []
+    with pytest.raises(ConfigError, match=r"policy\.sft_compile"):  # no warm start: nothing to compile
+        load_config(preset="multistep", overrides=["policy.sft_compile=true", "policy.sft_steps=0"])
     # the RL-pool probe's sampling: left out at temperature 1 / top-p 1 (every earlier probe), recorded otherwise
     assert "sampling.temperature" not in recorded and "sampling.top_p" not in recorded
     hot = load_config(preset="multistep", overrides=["sampling.temperature=1.5"])

@@ -125,9 +125,13 @@ def test_sft_dtype_setting_is_validated() -> None:
 
 
 @pytest.mark.parametrize("packed", [False, True])
-def test_compiled_warm_start_gives_the_eager_loss_gradient_and_training(tiny_policy, packed: bool) -> None:
+def test_compiled_warm_start_gives_the_eager_loss_gradient_and_training(
+    tiny_policy, packed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`policy.sft_compile`: the compiled forward's loss and gradient equal the eager ones up to float32 rounding,
-    and `train_sft` through it trains the model in place, which stays an eager module (what the probes use)."""
+    and `train_sft` trains through the compiled wrapper (the weights it moves are the model's own)."""
+    import trace_rl.policy.sft as sft
+
     model = copy.deepcopy(tiny_policy.model).train()
     batch = examples()
     loss_e, g_e = grads(model, batch, packed)
@@ -138,11 +142,18 @@ def test_compiled_warm_start_gives_the_eager_loss_gradient_and_training(tiny_pol
     cfg = SFTConfig(
         steps=3, batch_size=3, eval_every=100, warmup_steps=1, packing="tree" if packed else "none"
     )
+    seen: list[str] = []
+    real = sft.batch_loss
+    monkeypatch.setattr(
+        sft, "batch_loss", lambda m, *a, **k: seen.append(type(m).__name__) or real(m, *a, **k)
+    )
     eager, compiled = copy.deepcopy(tiny_policy.model), copy.deepcopy(tiny_policy.model)
     a = train_sft(eager, batch, cfg, pad_id=0)
+    assert seen == [type(eager).__name__] * 3
+    seen.clear()
     b = train_sft(compiled, batch, SFTConfig(**{**cfg.__dict__, "compile": True}), pad_id=0)
-    assert b.final_loss == pytest.approx(a.final_loss, rel=1e-4) and b.loss_curve[0][0] == a.loss_curve[0][0]
-    assert type(compiled) is type(eager)
+    assert seen == ["OptimizedModule"] * 3  # every step ran through torch.compile's wrapper
+    assert b.final_loss == pytest.approx(a.final_loss, rel=1e-4)
     start = tiny_policy.model.parameters()
     moved = [float((p - q).abs().max()) for p, q in zip(compiled.parameters(), start, strict=True)]
     assert max(moved) > 1e-3  # the steps trained the model itself, not a copy
@@ -171,3 +182,53 @@ def test_a_compile_failure_is_an_error_naming_the_setting(
     with pytest.raises(RuntimeError, match=r"policy\.sft_compile: .*RuntimeError: no C\+\+ compiler found"):
         train_sft(model, examples(), cfg, pad_id=0)
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before, strict=True))  # nothing trained
+
+
+class FailsInBackward(torch.autograd.Function):  # type: ignore[misc]
+    """Identity forward; its backward fails as inductor does when it cannot compile a backward graph."""
+
+    @staticmethod
+    def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        raise torch._dynamo.exc.BackendCompilerFailed(print, RuntimeError("backward: no C++ compiler"), None)
+
+
+def test_a_compile_failure_in_the_backward_is_named_too(tiny_policy, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inductor compiles the backward on its first call, inside ``loss.backward()``: named as the forward's."""
+
+    class BackwardFails(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, **kw: object) -> object:
+            out = self.inner(**kw)
+            out.logits = FailsInBackward.apply(out.logits)
+            return out
+
+    monkeypatch.setattr(torch, "compile", lambda model, **_: BackwardFails(model))
+    cfg = SFTConfig(steps=2, batch_size=3, eval_every=100, warmup_steps=1, packing="none", compile=True)
+    with pytest.raises(RuntimeError, match=r"policy\.sft_compile: .*backward: no C\+\+ compiler"):
+        train_sft(copy.deepcopy(tiny_policy.model), examples(), cfg, pad_id=0)
+
+
+def test_compile_failure_names_compile_errors_only() -> None:
+    from trace_rl.policy.compiled import RECOMPILE_LIMIT, compile_failure
+
+    exc = torch._dynamo.exc
+    failed = compile_failure(
+        exc.BackendCompilerFailed(print, RuntimeError("cc1plus: not found"), None), "optim.compile"
+    )
+    assert (
+        isinstance(failed, RuntimeError)
+        and "optim.compile" in str(failed)
+        and "cc1plus: not found" in str(failed)
+    )
+    limit = compile_failure(exc.FailOnRecompileLimitHit("limit"), "policy.sft_compile")
+    assert limit is not None and f"recompile limit ({RECOMPILE_LIMIT} graphs" in str(limit)
+    # errors of the input or model (eager raises them too) pass through as they are
+    assert compile_failure(exc.TorchRuntimeError("size mismatch"), "optim.compile") is None
+    assert compile_failure(ValueError("no loss-mask-1 token"), "optim.compile") is None

@@ -13,6 +13,7 @@ it, and ``steps`` is only a cap (`SFTResult.stopped` tells which happened).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from trace_rl.policy.chat import CHAT, IM_END
-from trace_rl.policy.compiled import compile_failure, compiled
+from trace_rl.policy.compiled import compile_failure, compiled, strict
 from trace_rl.policy.packing import group_sequences, pack_sequences, packed_forward, packing_support_issue
 from trace_rl.types import Task
 
@@ -276,13 +277,14 @@ def train_sft(
 
     ``cfg.compile``: the SFT forward and backward run through ``torch.compile(model, dynamic=True)``
     (`trace_rl.policy.compiled`; the evaluation callback still sees ``model`` itself, eager); the module's weights are shared, so nothing else
-    changes. docs/benchmarks.md measures it: with ``cfg.dtype="bfloat16"`` about 0.42x the CPU time of an eager
-    float32 step on the `multistep` warm start.
+    changes. docs/benchmarks.md measures it: with ``cfg.dtype="bfloat16"`` about 0.43x the CPU time of an eager
+    float32 step on the `multistep` warm start (0.428).
 
     Raises:
         ValueError: no examples, or no example with a model token within max_len.
-        RuntimeError: ``cfg.compile`` and torch.compile fails on the first step (no C++ compiler, an
-            unsupported model): the message names ``policy.sft_compile``; nothing has been trained.
+        RuntimeError: ``cfg.compile`` and torch.compile cannot compile (no C++ compiler, an unsupported model,
+            its recompile limit: `trace_rl.policy.compiled`): the message names ``policy.sft_compile``. Usually
+            on the first step; a recompile for a new batch shape can fail after earlier steps trained the model.
     """
     import torch
 
@@ -311,16 +313,17 @@ def train_sft(
         if len(order) < cfg.batch_size:
             order += [int(i) for i in rng.permutation(len(data))]
         batch = [data[order.pop()] for _ in range(cfg.batch_size)]
-        try:
-            loss = batch_loss(net, batch, cfg.max_len, pad_id, packed=packed, dtype=cfg.dtype)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        opt.zero_grad(set_to_none=True)
+        try:  # the backward too: inductor compiles it on its first call
+            with strict() if cfg.compile else contextlib.nullcontext():
+                loss = batch_loss(net, batch, cfg.max_len, pad_id, packed=packed, dtype=cfg.dtype)
+                loss.backward()
         except Exception as err:
             if cfg.compile and (failure := compile_failure(err, "policy.sft_compile")):
                 raise failure from err
             raise
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, cfg)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         value = float(loss.detach())

@@ -155,7 +155,9 @@ def warm_start_once(cfg: TrainConfig, out: Path, log: Callable[[str], None] = pr
         trainer = Trainer(replace(cfg, steps=1), tmp, log=log)
         trainer.prepare_policy_only()
         os.replace(tmp, folder)
-    new = replace(cfg, policy=replace(cfg.policy, name=str(policy_dir.resolve()), sft_steps=0))
+    # the runs load the finished warm start: no SFT step of theirs is left to compile
+    policy = replace(cfg.policy, name=str(policy_dir.resolve()), sft_steps=0, sft_compile=False)
+    new = replace(cfg, policy=policy)
     validate(new)
     return new
 

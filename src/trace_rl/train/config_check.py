@@ -162,6 +162,11 @@ def validate(cfg: TrainConfig) -> None:
         f"got {cfg.policy.sft_dtype!r}",
     )
     need(
+        not cfg.policy.sft_compile or cfg.policy.sft_steps > 0,
+        "policy.sft_compile",
+        "compiles the warm start's SFT steps: with policy.sft_steps 0 there are none, so it cannot take effect",
+    )
+    need(
         cfg.optim.packing in ("tree", "none"),
         "optim.packing",
         "must be tree (shared prefixes computed once per minibatch) or none (padded rows, one per path), "

@@ -90,9 +90,9 @@ class PolicySection:
             faster per step on a CPU with AMX or AVX512-BF16 (docs/benchmarks.md); it changes the warm start's
             trajectory, so it is part of the warm start's recorded config. RL updates and rollouts stay float32.
         sft_compile: run the warm start's SFT forward and backward through ``torch.compile(dynamic=True)``
-            (needs a C++ compiler; an error if it cannot compile). The same loss up to rounding (not part of the
+            (needs a C++ compiler and a warm start, ``sft_steps`` > 0; an error if it cannot compile). The same loss up to rounding (not part of the
             warm start's recorded config, like ``optim.packing`` and ``threads``), a one-off compile of 10-70 s;
-            with ``sft_dtype: bfloat16`` about 0.42x the CPU time of an eager float32 SFT step on `multistep`
+            with ``sft_dtype: bfloat16`` about 0.43x the CPU time of an eager float32 SFT step on `multistep`
             (docs/benchmarks.md). Off by default.
     """
 
@@ -214,8 +214,8 @@ class OptimSection:
             by side into rows no longer than the batch's longest, where two fit in one.
         compile: run the policy update's forward and backward through ``torch.compile(dynamic=True)``
             (`trace_rl.policy.compiled`; needs a C++ compiler, an error if it cannot compile): the same
-            log-probabilities, loss and gradient up to float32 rounding, a one-off compile of about a minute on
-            the first update; about 0.85x the CPU time of an eager update on `multistep` trees
+            log-probabilities, loss and gradient up to float32 rounding, a one-off compile of one to two minutes
+            on the first update; about 0.87x the CPU time of an eager update on `multistep` trees
             (docs/benchmarks.md). Off by default. The rollout engine and the reference model stay eager.
     """
 

@@ -25,6 +25,7 @@ such a mask (`trace_rl.train.packing.tree_mask_support`) gets the padded update,
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +34,7 @@ import numpy as np
 
 from trace_rl.advantages import grpo_advantages, token_advantages, tree_grpo_advantages, treerpo_advantages
 from trace_rl.advantages.tokens import PathTokens
-from trace_rl.policy.compiled import compile_failure, compiled
+from trace_rl.policy.compiled import compile_failure, compiled, strict
 from trace_rl.train.logprobs import sequence_logprobs
 from trace_rl.train.packing import packed_logprobs, plan_packed_passes, tree_mask_support
 from trace_rl.tree import REWARD_ATOL, RolloutTree
@@ -302,7 +303,9 @@ def policy_update(
     with a zero gradient (Adam's moments keep moving, as in verl), so every method takes the same number of steps.
 
     Raises:
-        RuntimeError: ``settings.compile`` and torch.compile cannot compile the model (names ``optim.compile``).
+        RuntimeError: ``settings.compile`` and torch.compile cannot compile the model (no C++ compiler, an
+            unsupported model, its recompile limit; the message names ``optim.compile``): usually on the first
+            minibatch, but a recompile for a new shape can fail after earlier optimizer steps.
 
     Returns:
         mean "loss", "pg_loss", "clip_fraction", "approx_kl", "grad_norm" (and "ref_kl", the k3 KL to
@@ -346,13 +349,16 @@ def policy_update(
                 )
                 for micro, packed_rows, scale, token_share, tokens in passes:
                     computed += tokens
-                    try:
-                        loss, info = _micro_loss(net, micro, span, settings, pad_id, ref_model, packed_rows)
+                    try:  # the backward too: inductor compiles it on its first call
+                        with strict() if settings.compile else contextlib.nullcontext():
+                            loss, info = _micro_loss(
+                                net, micro, span, settings, pad_id, ref_model, packed_rows
+                            )
+                            (loss * scale).backward()  # gradients accumulate to the whole minibatch's loss's
                     except Exception as err:
                         if settings.compile and (failure := compile_failure(err, "optim.compile")):
                             raise failure from err
                         raise
-                    (loss * scale).backward()  # gradients accumulate to those of the whole minibatch's loss
                     for key, value in {"loss": loss.detach(), **info}.items():
                         weight = token_share if key in TOKEN_STATS else scale
                         step_stats[key] = step_stats.get(key, 0.0) + weight * float(value)
