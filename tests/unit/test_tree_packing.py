@@ -301,7 +301,7 @@ def test_a_compiled_update_gives_the_eager_updates_weights(
     moved, stats = {}, {}
     for on in (False, True):
         settings = UpdateSettings(
-            estimator="treerpo", minibatches=2, micro_tokens=96, packing=packing, kl_coef=0.1, compile=on
+            estimator="treerpo", minibatches=2, micro_tokens=0, packing=packing, kl_coef=0.1, compile=on
         )
         model = copy.deepcopy(start)
         moved[on], stats[on] = _step(model, trees, settings, ref, "sgd")
