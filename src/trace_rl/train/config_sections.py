@@ -215,8 +215,8 @@ class OptimSection:
         compile: run the policy update's forward and backward through ``torch.compile(dynamic=True)``
             (`trace_rl.policy.compiled`; needs a C++ compiler, an error if it cannot compile): the same
             log-probabilities, loss and gradient up to float32 rounding, a one-off compile of one to two minutes
-            on the first update; about 0.87x the CPU time of an eager update on `multistep` trees
-            (docs/benchmarks.md). Off by default. The rollout engine and the reference model stay eager.
+            on the first update; about 0.87x the CPU time of an eager update on `multistep` trees at one thread,
+            while at two threads it made the whole step 1.16x slower (docs/benchmarks.md). Off by default. The rollout engine and the reference model stay eager.
     """
 
     lr: float = 5e-5
