@@ -64,8 +64,8 @@ class SFTConfig:
     # "bfloat16": the forward and backward under torch.autocast to bfloat16 (mixed precision: float32 weights,
     # optimizer state, loss and gradients); "float32": none
     dtype: str = "float32"
-    # True: the forward runs through `torch.compile(model, dynamic=True)` (inductor: fused C++ kernels, one
-    # graph for every batch shape); the same loss up to rounding, a one-off compile of 10-70 s
+    # True: the forward and backward run through `torch.compile(model, dynamic=True)` (inductor: fused C++
+    # kernels, symbolic shapes); the same loss up to rounding, a one-off compile of one to two minutes
     compile: bool = False
 
     def __post_init__(self) -> None:
@@ -276,9 +276,9 @@ def train_sft(
     evaluate's) satisfy ``stop(metrics)``.
 
     ``cfg.compile``: the SFT forward and backward run through ``torch.compile(model, dynamic=True)``
-    (`trace_rl.policy.compiled`; the evaluation callback still sees ``model`` itself, eager); the module's weights are shared, so nothing else
-    changes. docs/benchmarks.md measures it: with ``cfg.dtype="bfloat16"`` about 0.43x the CPU time of an eager
-    float32 step on the `multistep` warm start (0.428).
+    (`trace_rl.policy.compiled`; the evaluation callback still sees ``model`` itself, eager); the module's weights
+    are shared, so nothing else changes. docs/benchmarks.md measures it: with ``cfg.dtype="bfloat16"`` 0.428x the
+    CPU time of an eager float32 step on the `multistep` warm start, one thread.
 
     Raises:
         ValueError: no examples, or no example with a model token within max_len.

@@ -90,10 +90,10 @@ class PolicySection:
             faster per step on a CPU with AMX or AVX512-BF16 (docs/benchmarks.md); it changes the warm start's
             trajectory, so it is part of the warm start's recorded config. RL updates and rollouts stay float32.
         sft_compile: run the warm start's SFT forward and backward through ``torch.compile(dynamic=True)``
-            (needs a C++ compiler and a warm start, ``sft_steps`` > 0; an error if it cannot compile). The same loss up to rounding (not part of the
-            warm start's recorded config, like ``optim.packing`` and ``threads``), a one-off compile of 10-70 s;
-            with ``sft_dtype: bfloat16`` about 0.43x the CPU time of an eager float32 SFT step on `multistep`
-            (docs/benchmarks.md). Off by default.
+            (needs a C++ compiler and a warm start, ``sft_steps`` > 0; an error if it cannot compile). The same
+            loss up to rounding (not part of the warm start's recorded config, like ``optim.packing`` and
+            ``threads``), a one-off compile of 1-2 min; with ``sft_dtype: bfloat16`` about 0.43x the CPU time of
+            an eager float32 SFT step on `multistep` at one thread (docs/benchmarks.md). Off by default.
     """
 
     name: str = "tiny"
