@@ -29,3 +29,20 @@ def float64_norms(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(modeling_qwen3.Qwen3RMSNorm, "forward", forward)
     monkeypatch.setattr(modeling_llama.LlamaRMSNorm, "forward", forward)
+
+
+@pytest.fixture
+def no_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``torch.compile`` as it behaves where inductor cannot build: it returns a module whose first call raises
+    ``BackendCompilerFailed`` ("no C++ compiler found"), as a missing compiler does."""
+    torch = pytest.importorskip("torch")
+
+    class Uncompilable(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *_a: object, **_k: object) -> None:
+            raise torch._dynamo.exc.BackendCompilerFailed(print, RuntimeError("no C++ compiler found"), None)
+
+    monkeypatch.setattr(torch, "compile", lambda model, **_: Uncompilable(model))

@@ -159,23 +159,7 @@ def test_compiled_warm_start_gives_the_eager_loss_gradient_and_training(
     assert max(moved) > 1e-3  # the steps trained the model itself, not a copy
 
 
-def test_a_compile_failure_is_an_error_naming_the_setting(
-    tiny_policy, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    class Uncompilable(torch.nn.Module):  # type: ignore[misc]
-        """What torch.compile returns where inductor cannot build: it fails on the first call."""
-
-        def __init__(self, inner: torch.nn.Module) -> None:
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, *_a: object, **_k: object) -> None:
-            raise torch._dynamo.exc.BackendCompilerFailed(print, RuntimeError("no C++ compiler found"), None)
-
-    def no_compiler(model: torch.nn.Module, **_: object) -> torch.nn.Module:
-        return Uncompilable(model)
-
-    monkeypatch.setattr(torch, "compile", no_compiler)
+def test_a_compile_failure_is_an_error_naming_the_setting(tiny_policy, no_compiler: None) -> None:
     model = copy.deepcopy(tiny_policy.model)
     before = [p.detach().clone() for p in model.parameters()]
     cfg = SFTConfig(steps=2, batch_size=3, eval_every=100, warmup_steps=1, compile=True)

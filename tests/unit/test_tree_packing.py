@@ -313,23 +313,7 @@ def test_a_compiled_update_gives_the_eager_updates_weights(
     assert stats[True]["packed"] == stats[False]["packed"] == float(packing == "tree")
 
 
-class Uncompilable(torch.nn.Module):  # type: ignore[misc]
-    """What torch.compile returns where inductor cannot build: its first call fails."""
-
-    def __init__(self, inner: torch.nn.Module) -> None:
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, *_a: object, **_k: object) -> None:
-        raise torch._dynamo.exc.BackendCompilerFailed(print, RuntimeError("no C++ compiler"), None)
-
-
-def test_a_compile_failure_in_the_update_names_the_setting(
-    tiny_policy, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import trace_rl.train.update as update
-
-    monkeypatch.setattr(update, "compiled", Uncompilable)
+def test_a_compile_failure_in_the_update_names_the_setting(tiny_policy, no_compiler: None) -> None:
     settings = UpdateSettings(estimator="treerpo", minibatches=1, micro_tokens=0, compile=True)
     with pytest.raises(RuntimeError, match=r"optim\.compile: .*RuntimeError: no C\+\+ compiler"):
         _step(copy.deepcopy(tiny_policy.model), replay_trees(2), settings, None, "sgd")
