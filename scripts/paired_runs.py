@@ -29,6 +29,12 @@ With ``--prefix-stats`` it adds what the prefix stage bought (`trace_rl.metrics.
 per run the share of mixed sibling groups, replay flips per replay and per 1,000 generated tokens, their paired
 intervals, and per method a table by anchor depth pooled over the seeds (replays, flips, flips per replay, flips
 per 1,000 tokens the replays from that depth sampled).
+
+With ``--step-stats`` it adds where each step's budget went (`trace_rl.metrics.curves.step_means` over the training
+records, and their sums over the run): per step the prompts trained on (``active_prompts``), root rollouts,
+replays, rollouts generated, groups trained, paths in the update and tokens generated; per run the prompts trained
+on in all (``active_prompts_total``). At equal generated budget a tree method trains on fewer prompts per step than
+a flat one (a replay costs budget that a new prompt's rollouts would have): this says by how many.
 """
 
 from __future__ import annotations
@@ -47,10 +53,12 @@ from trace_rl.metrics.curves import (
     matched_finals,
     paired_interval,
     run_cost,
+    step_means,
     summary_keys,
 )
 from trace_rl.metrics.intervals import stratified_bootstrap_ci
 from trace_rl.metrics.prefix_stage import prefix_stage_stats
+from trace_rl.metrics.summary import train_records
 from trace_rl.train.compare import BOOTSTRAP_MIN_PAIRS, parse_seeds, shared_differences
 from trace_rl.train.provenance import PROVENANCE_KEY, provenance_of
 from trace_rl.train.rundir import log_finished, read_metrics, summarize
@@ -71,6 +79,11 @@ def main(argv: list[str] | None = None) -> int:
         "--prefix-stats",
         action="store_true",
         help="also the prefix stage's numbers: mixed sibling groups, flips per replay and per token, by depth",
+    )
+    p.add_argument(
+        "--step-stats",
+        action="store_true",
+        help="also per step: prompts trained on, root rollouts, replays, groups trained, paths, tokens generated",
     )
     args = p.parse_args(argv)
     labels = [
@@ -135,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
             stats = [prefix_stage_stats(logs[label, s]) for s in seeds]
             for key in PREFIX_KEYS:
                 cols[key] = [float(st[key]) for st in stats]
+        if args.step_stats:
+            means = [step_means(train_records(logs[label, s]), STEP_KEYS, totals=True) for s in seeds]
+            for key in (*STEP_KEYS, "active_prompts_total"):
+                cols[key] = [m.get(key, math.nan) for m in means]
     names = list(columns[args.baseline])
     print("label seed " + " ".join(names))
     for label in labels:
@@ -149,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             "auc_tokens",
             "effective_ratio",
             *(PREFIX_KEYS if args.prefix_stats else ()),
+            *((*STEP_KEYS, "active_prompts_total") if args.step_stats else ()),
         ):
             mean, half, k = paired_interval(columns[label][n], columns[args.baseline][n])
             interval = (
@@ -251,6 +269,15 @@ def _boot(columns: dict[str, dict[str, list[float]]], label: str, baseline: str,
 
 # per-run numbers of the prefix stage that get a paired interval (prefix_stage_stats keys)
 PREFIX_KEYS = ("mixed_sibling_share", "replay_flip_rate", "flips_per_1k_tokens")
+STEP_KEYS = (
+    "active_prompts",
+    "root_rollouts",
+    "replays",
+    "rollouts_generated",
+    "trained_groups",
+    "update_paths",
+    "tokens_generated",
+)
 
 
 def _fmt(x: float) -> str:
