@@ -35,6 +35,12 @@ records, and their sums over the run): per step the prompts trained on (``active
 replays, rollouts generated, groups trained, paths in the update and tokens generated; per run the prompts trained
 on in all (``active_prompts_total``). At equal generated budget a tree method trains on fewer prompts per step than
 a flat one (a replay costs budget that a new prompt's rollouts would have): this says by how many.
+
+With ``--plot DIR`` it also draws the learning curves it summarised (`trace_rl.metrics.plots.learning_curve_plot`,
+as `trace-rl report` draws a compare folder's): held-out pass@1 against generated rollouts
+(``DIR/accuracy_vs_rollouts.png``) and against generated tokens (``DIR/accuracy_vs_tokens.png``), per method the
+mean over the seeds with its pointwise 95% band and every seed's evaluations as points, and against
+rollout-equivalents, the budget's unit (``DIR/accuracy_vs_rollout_eq.png``: a replay counts 1/2).
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ from trace_rl.metrics.curves import (
     summary_keys,
 )
 from trace_rl.metrics.intervals import stratified_bootstrap_ci
+from trace_rl.metrics.plots import AXIS_LABELS, learning_curve_plot
 from trace_rl.metrics.prefix_stage import prefix_stage_stats
 from trace_rl.metrics.summary import train_records
 from trace_rl.train.compare import BOOTSTRAP_MIN_PAIRS, parse_seeds, shared_differences
@@ -84,6 +91,12 @@ def main(argv: list[str] | None = None) -> int:
         "--step-stats",
         action="store_true",
         help="also per step: prompts trained on, root rollouts, replays, groups trained, paths, tokens generated",
+    )
+    p.add_argument(
+        "--plot",
+        type=Path,
+        metavar="DIR",
+        help="also write the learning curves (pass@1 against generated rollouts and tokens) as PNGs into DIR",
     )
     args = p.parse_args(argv)
     labels = [
@@ -184,6 +197,13 @@ def main(argv: list[str] | None = None) -> int:
             for d, st in prefix_stage_stats(every)["by_depth"].items():
                 rate, per_k = _fmt(st["flip_rate"]), _fmt(st["flips_per_1k_tokens"])
                 print(f"{label} depth {d}: {st['replays']:.0f} {st['flips']:.0f} {rate} {per_k}")
+    if args.plot is not None:
+        args.plot.mkdir(parents=True, exist_ok=True)
+        for axis, name in (("rollouts", "rollouts"), ("rollout_equivalents", "rollout_eq"), ("tokens", "tokens")):
+            path = args.plot / f"accuracy_vs_{name}.png"
+            title = f"Held-out pass@1 vs {AXIS_LABELS[axis].split(' (')[0]}, seeds {args.seeds}"
+            if learning_curve_plot(path, title, curves, axis):
+                print(f"wrote {path}")
     return 0
 
 
