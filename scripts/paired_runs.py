@@ -199,7 +199,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{label} depth {d}: {st['replays']:.0f} {st['flips']:.0f} {rate} {per_k}")
     if args.plot is not None:
         args.plot.mkdir(parents=True, exist_ok=True)
-        for axis, name in (("rollouts", "rollouts"), ("rollout_equivalents", "rollout_eq"), ("tokens", "tokens")):
+        for axis, name in (
+            ("rollouts", "rollouts"),
+            ("rollout_equivalents", "rollout_eq"),
+            ("tokens", "tokens"),
+        ):
             path = args.plot / f"accuracy_vs_{name}.png"
             title = f"Held-out pass@1 vs {AXIS_LABELS[axis].split(' (')[0]}, seeds {args.seeds}"
             if learning_curve_plot(path, title, curves, axis):

@@ -441,7 +441,14 @@ def test_compare_seeds_script_adds_the_runs_compare_would_make(tmp_path) -> None
     # and --plot draws the curves it summarised (a smoke step has replays: the rollout-equivalents axis differs)
     plots = tmp_path / "plots"
     spend = script(
-        "paired_runs.py", str(tmp_path / "full"), *pair, "--seeds", "0,1", "--step-stats", "--plot", str(plots)
+        "paired_runs.py",
+        str(tmp_path / "full"),
+        *pair,
+        "--seeds",
+        "0,1",
+        "--step-stats",
+        "--plot",
+        str(plots),
     )
     assert spend.returncode == 0, spend.stderr[-2000:]
     lines = spend.stdout.splitlines()
@@ -456,7 +463,9 @@ def test_compare_seeds_script_adds_the_runs_compare_would_make(tmp_path) -> None
     assert float(rows["grpo", "0"][header.index("replays")]) == 0.0
     assert "trace - grpo trained_groups:" in spend.stdout
     drawn = {"accuracy_vs_rollouts.png", "accuracy_vs_rollout_eq.png", "accuracy_vs_tokens.png"}
-    assert {p.name for p in plots.iterdir()} == drawn and all((plots / n).stat().st_size > 1000 for n in drawn)
+    assert {p.name for p in plots.iterdir()} == drawn and all(
+        (plots / n).stat().st_size > 1000 for n in drawn
+    )
     # scripts/keep_logs.py keeps the finished runs' logs (gzip) and configs; the table read from them is the same
     kept = script("keep_logs.py", str(tmp_path / "full"), str(tmp_path / "kept"))
     assert kept.returncode == 0 and kept.stdout.count("kept ") == 4, kept.stdout + kept.stderr
