@@ -6,7 +6,9 @@ runs one SFT optimizer step (forward, backward, clip, AdamW) on each batch both 
 back in one process, ``--repeats`` times. Prints one JSON line:
 
 - ``tokens_computed``: tokens the forward passes computed over the batches ({"padded", "packed"}: rows x longest
-  row, padding included) and their ratio;
+  row, padding included; packed: one row of the examples' own tokens, `trace_rl.policy.segments`) and their
+  ratio; ``attention_pairs`` the same for the query-key pairs attention computes (padded: rows x longest squared;
+  packed: each example's own square);
 - ``wall_ratio``: median packed step seconds / median padded step seconds (and both medians, per batch);
   ``cpu_ratio`` the same in CPU seconds of the process, which a loaded machine disturbs less;
 - ``max_rel_loss_err``: max over batches of |packed - padded| / padded of the batch loss at the starting weights;
@@ -73,16 +75,17 @@ def step(
 
 
 def tokens(batch: list[Any], packed: bool) -> int:
-    """Tokens a forward pass over ``batch`` computes: rows x longest row (`trace_rl.policy.packing`)."""
-    from trace_rl.policy.packing import group_sequences, pack_sequences
-
+    """Tokens a forward pass over ``batch`` computes: padded, rows x longest row; packed, the examples' own tokens
+    (one row without padding, `trace_rl.policy.segments`)."""
     seqs = [e.ids[:1024] for e in batch]
-    if not packed:
-        return len(seqs) * max(s.size for s in seqs)
-    rows = [
-        pack_sequences([seqs[i] for i in g]).size for g in group_sequences(seqs, max(s.size for s in seqs))
-    ]
-    return len(rows) * max(rows)
+    return sum(s.size for s in seqs) if packed else len(seqs) * max(s.size for s in seqs)
+
+
+def attention_work(batch: list[Any], packed: bool) -> int:
+    """Query-key pairs the attention over ``batch`` computes: padded, rows x longest squared; packed, each
+    example's own square."""
+    seqs = [e.ids[:1024] for e in batch]
+    return sum(s.size**2 for s in seqs) if packed else len(seqs) * max(s.size for s in seqs) ** 2
 
 
 def main() -> None:
@@ -147,6 +150,7 @@ def main() -> None:
     lengths = [e.ids.size for e in examples]
     common = min(shared_prefix(examples[0].ids, e.ids) for e in examples)
     computed = {name: sum(tokens(b, packed) for b in batches) for name, packed, *_ in ways}
+    pairs = {name: sum(attention_work(b, packed) for b in batches) for name, packed, *_ in ways}
     med = {name: statistics.median(v) for name, v in times.items()}
     med_cpu = {name: statistics.median(v) for name, v in cpu.items()}
     (base, *_), (new, *_) = ways
@@ -165,6 +169,7 @@ def main() -> None:
                     "shared": common,
                 },
                 "tokens_computed": {**computed, "ratio": computed[new] / computed[base]},
+                "attention_pairs": {**pairs, "ratio": pairs[new] / pairs[base]},
                 "step_s": med,
                 "wall_ratio": med[new] / med[base],
                 "cpu_s": med_cpu,

@@ -41,6 +41,7 @@ def no_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
         def __init__(self, inner: torch.nn.Module) -> None:
             super().__init__()
             self.inner = inner
+            self.config = getattr(inner, "config", None)  # as torch.compile's wrapper reads the model's
 
         def forward(self, *_a: object, **_k: object) -> None:
             raise torch._dynamo.exc.BackendCompilerFailed(print, RuntimeError("no C++ compiler found"), None)

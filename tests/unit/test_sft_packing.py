@@ -1,5 +1,6 @@
-"""Packed SFT batches (issue 38 item 1): the same loss and gradient as padded batches, rows within their cap, and a
-model that cannot take the mask trains on padded batches after one log line."""
+"""Packed SFT batches (issue 38 item 1): one row without padding, each example attending to its own tokens only
+(`trace_rl.policy.segments`), with the same loss and gradient as padded batches; a model that cannot run it
+trains on padded batches after one log line."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trace_rl.policy.packing import group_sequences, pack_sequences, packing_support_issue  # noqa: E402
+from trace_rl.policy import segments  # noqa: E402
+from trace_rl.policy.packing import packing_support_issue  # noqa: E402
 from trace_rl.policy.sft import SFTConfig, SFTExample, batch_loss, train_sft  # noqa: E402
 
 
@@ -38,31 +40,46 @@ def grads(model: torch.nn.Module, batch: list[SFTExample], packed: bool) -> tupl
     return float(loss.detach()), [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
 
 
-def test_packed_batches_give_the_padded_loss_and_gradient(tiny_policy, float64_norms: None) -> None:
+def test_packed_batches_give_the_padded_loss_and_gradient(
+    tiny_policy, float64_norms: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model = copy.deepcopy(tiny_policy.model).double().eval()
-    batch = examples()  # the two longest are cut to max_len 48 in both ways, the shortest share rows
-    assert len(group_sequences([e.ids[:48] for e in batch], 48)) < len(batch)
+    batch = examples()  # the two longest are cut to max_len 48 in both ways
+    spans: list[int] = []
+    real = segments.segment_attention
+    monkeypatch.setattr(
+        segments,
+        "segment_attention",
+        lambda *a, **k: spans.append(len(k["segment_cuts"]) - 1) or real(*a, **k),
+    )
     loss_pad, g_pad = grads(model, batch, False)
+    assert spans == []
     loss_pack, g_pack = grads(model, batch, True)
+    assert spans == [len(batch)] * model.config.num_hidden_layers  # one row, a span per example, every layer
+    assert model.config._attn_implementation == "sdpa"  # restored after the packed forward
     assert loss_pack == pytest.approx(loss_pad, rel=1e-10)
     assert len(g_pad) == len(g_pack)
     for a, b in zip(g_pad, g_pack, strict=True):
         assert torch.allclose(a, b, rtol=1e-8, atol=1e-12)
 
 
-def test_group_sequences_keeps_rows_within_the_cap_and_every_sequence_once() -> None:
-    seqs = [e.ids for e in examples(1, 8)]
-    for cap in (1, 40, 90, 10_000):
-        rows = group_sequences(seqs, cap)
-        assert sorted(i for r in rows for i in r) == list(range(len(seqs)))
-        for r in rows:
-            assert sum(seqs[i].size for i in r) <= cap or len(r) == 1
-            assert pack_sequences([seqs[i] for i in r]).size <= max(cap, seqs[r[0]].size)
-    assert len(group_sequences(seqs, 10_000)) == 1
-    longest = max(s.size for s in seqs)  # the SFT cap: never more rows, nor wider ones, than padded
-    assert len(group_sequences(seqs, longest)) <= len(seqs)
-    with pytest.raises(ValueError, match="row_tokens"):
-        group_sequences(seqs, 0)
+def test_segment_forward_gives_each_sequence_its_own_logits(tiny_policy, float64_norms: None) -> None:
+    model = copy.deepcopy(tiny_policy.model).double().eval()
+    seqs = [e.ids[:40] for e in examples()[:4]]
+    with torch.no_grad():
+        logits, starts = segments.segment_forward(model, seqs)
+        assert logits.shape[0] == sum(s.size for s in seqs)  # no padding
+        assert starts.tolist() == np.cumsum([0] + [s.size for s in seqs[:-1]]).tolist()
+        for seq, start in zip(seqs, starts, strict=True):
+            alone = model(input_ids=torch.as_tensor(seq[None])).logits[0]
+            assert torch.allclose(logits[start : start + seq.size], alone, rtol=1e-9, atol=1e-9)
+    with pytest.raises(ValueError, match="no empty one"):
+        segments.segment_forward(model, [seqs[0], seqs[0][:0]])
+    assert model.config._attn_implementation == "sdpa"
+    # called without the spans (not through segment_forward), the attention function says so
+    model.config._attn_implementation = segments.SEGMENT_ATTENTION
+    with pytest.raises(ValueError, match="call the model through segment_forward"):
+        model(input_ids=torch.as_tensor(seqs[0][None]))
 
 
 def test_sft_packing_setting_is_validated() -> None:
@@ -87,11 +104,26 @@ class IgnoresMasks(torch.nn.Module):  # type: ignore[misc]
         return self.inner(input_ids=input_ids, attention_mask=attention_mask)
 
 
+class KeepsItsAttention(IgnoresMasks):
+    """A causal LM that runs its own attention whatever attention function it is given (so in a padding-free row
+    a sequence sees the ones before it)."""
+
+    def forward(self, **kwargs):  # type: ignore[no-untyped-def]
+        asked, self.config._attn_implementation = self.config._attn_implementation, "sdpa"
+        try:
+            return self.inner(**kwargs)
+        finally:
+            self.config._attn_implementation = asked
+
+
 def test_a_model_that_cannot_take_the_mask_trains_padded_after_one_log_line(tiny_policy) -> None:
     assert packing_support_issue(tiny_policy.model) == ""
+    assert segments.segment_support_issue(tiny_policy.model) == ""
     model = IgnoresMasks(copy.deepcopy(tiny_policy.model))
     reference = copy.deepcopy(model)
     assert "differ" in packing_support_issue(model)
+    assert "failed on a probe (TypeError" in segments.segment_support_issue(model)  # no segment_cuts argument
+    assert "differ" in segments.segment_support_issue(KeepsItsAttention(model.inner))
     lines: list[str] = []
     cfg = SFTConfig(steps=3, batch_size=3, eval_every=100, warmup_steps=1, packing="tree")
     train_sft(model, examples(), cfg, pad_id=0, log=lines.append)

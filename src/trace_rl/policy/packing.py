@@ -4,9 +4,9 @@ Several token sequences go through the model as one row that holds their trie (`
 prefix once, a token attending to itself and its ancestors only (a 4D additive mask) at its depth in the trie as
 position id. Each token's hidden state is then exactly the one it has in every unpacked sequence through it (the
 same tokens at the same positions under causal attention), so a sequence's logits are read at its own tokens'
-packed positions. Sequences without common prefixes are packed side by side (block-diagonal attention) into
-fewer rows than one per sequence (`group_sequences`), which is how the SFT warm start uses it (`trace_rl.policy.sft`); the policy update packs the paths of
-a rollout tree (`trace_rl.train.packing`), whose shared prefixes are long.
+packed positions. The policy update packs the paths of a rollout tree (`trace_rl.train.packing`), whose shared
+prefixes are long; the SFT warm start's examples, which share little, go through `trace_rl.policy.segments`
+instead (one row without padding, attention within each example only, so no square of the whole row).
 
 The trie is derived from the token ids (sorted sequences, each sharing with its predecessor their longest common
 prefix, which in lexicographic order is the longest it shares with any earlier one), so two sequences share a
@@ -111,32 +111,6 @@ def shared_prefix(a: npt.NDArray[np.int64], b: npt.NDArray[np.int64]) -> int:
     m = min(a.shape[0], b.shape[0])
     differ = np.flatnonzero(a[:m] != b[:m])
     return int(differ[0]) if differ.size else m
-
-
-def group_sequences(sequences: Sequence[npt.ArrayLike], row_tokens: int) -> list[list[int]]:
-    """Split ``sequences`` into packed rows of at most ``row_tokens`` tokens each: indices into ``sequences``, each
-    exactly once, first-fit by decreasing length (a sequence longer than the cap gets a row of its own).
-
-    A row's size is bounded by the sum of its sequences' lengths (the trie of the row only shares tokens), so with
-    ``row_tokens`` the longest sequence's length the rows are never wider, and never more, than padded rows.
-
-    Raises:
-        ValueError: ``row_tokens`` < 1.
-    """
-    if row_tokens < 1:
-        raise ValueError(f"row_tokens must be >= 1, got {row_tokens}")
-    lengths = [int(np.asarray(s).size) for s in sequences]
-    rows: list[list[int]] = []
-    free: list[int] = []
-    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
-        fit = next((r for r, left in enumerate(free) if lengths[i] <= left), None)
-        if fit is None:
-            rows.append([i])
-            free.append(row_tokens - lengths[i])
-        else:
-            rows[fit].append(i)
-            free[fit] -= lengths[i]
-    return rows
 
 
 def packed_forward(model: Any, packed: Sequence[PackedRow], pad_id: int) -> Any:

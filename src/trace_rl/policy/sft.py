@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from trace_rl.policy.chat import CHAT, IM_END
 from trace_rl.policy.compiled import compile_failure, compiled, strict
-from trace_rl.policy.packing import group_sequences, pack_sequences, packed_forward, packing_support_issue
+from trace_rl.policy.segments import segment_forward, segment_support_issue
 from trace_rl.types import Task
 
 PACKINGS = ("tree", "none")
@@ -58,8 +58,8 @@ class SFTConfig:
     eval_every: int = 250
     seed: int = 0
     min_steps: int = 0  # no evaluation (so no stop) before this step, except after the last one
-    # "tree": a batch's examples go through the model packed side by side into rows no longer than its longest
-    # example (trace_rl.policy.packing); "none": one row per example, padded to the longest
+    # "tree": a batch's examples go through the model as one row without padding, each attending to its own
+    # tokens only (trace_rl.policy.segments); "none": one row per example, padded to the longest
     packing: str = "tree"
     # "bfloat16": the forward and backward under torch.autocast to bfloat16 (mixed precision: float32 weights,
     # optimizer state, loss and gradients); "float32": none
@@ -187,12 +187,10 @@ def batch_loss(
     """Mean token cross-entropy (a scalar tensor, nats/token) of ``model`` over the loss-mask-1 tokens of
     ``batch``, each example cut to its first ``max_len`` tokens.
 
-    ``packed=False``: one row per example, padded with ``pad_id`` to the longest. ``packed=True``: the examples side
-    by side in rows no longer than the longest (`trace_rl.policy.packing.group_sequences`; ``model`` must take the
-    4D mask), so fewer rows and less padding where short examples fit together, never more tokens than padded
-    (where no two examples fit in one row, the padded rows are used: the same compute without the mask); the same
-    loss up to floating-point rounding (each token sees exactly its own example's earlier tokens at the
-    same positions).
+    ``packed=False``: one row per example, padded with ``pad_id`` to the longest. ``packed=True``: the examples as one
+    row without padding, each attending to its own earlier tokens only (`trace_rl.policy.segments.segment_forward`;
+    ``model`` must pass `segment_support_issue`), so the matrix products compute the batch's real tokens and
+    attention each example's own square; the same loss up to floating-point rounding.
 
     ``dtype="bfloat16"``: the model's forward runs under `torch.autocast` to bfloat16 on the model's device (its
     matrix products in bfloat16, float32 weights; the logits are upcast before the loss), so ``backward`` of
@@ -217,23 +215,14 @@ def _batch_loss(model: Any, batch: Sequence[SFTExample], max_len: int, pad_id: i
     cut = [(e.ids[:max_len], e.loss_mask[:max_len]) for e in batch]
     if not any(m[1:].any() for _, m in cut):
         raise ValueError("no loss-mask-1 token to predict in the batch")
-    rows = group_sequences([ids for ids, _ in cut], max(ids.size for ids, _ in cut)) if packed else []
-    # packed only where some examples share a row; otherwise padded rows are the same compute without the mask
-    if packed and len(rows) < len(cut):
-        tries = [pack_sequences([cut[i][0] for i in g]) for g in rows]
-        src_row, src_pos, tgt = [], [], []
-        for r, (trie, g) in enumerate(zip(tries, rows, strict=True)):
-            for k, i in enumerate(g):
-                ids, mask = cut[i]
-                at = np.flatnonzero(mask[1:] == 1)  # target token at+1 is predicted from position at
-                src_row.append(np.full(at.size, r, dtype=np.int64))
-                src_pos.append(trie.index[k][at])
-                tgt.append(ids[at + 1])
-        logits = packed_forward(model, tries, pad_id)
-        picked = logits[
-            torch.as_tensor(np.concatenate(src_row), device=device),
-            torch.as_tensor(np.concatenate(src_pos), device=device),
-        ]
+    if packed:
+        logits, starts = segment_forward(model, [ids for ids, _ in cut])
+        src, tgt = [], []
+        for (ids, mask), start in zip(cut, starts, strict=True):
+            at = np.flatnonzero(mask[1:] == 1)  # target token at+1 is predicted from position at
+            src.append(start + at)
+            tgt.append(ids[at + 1])
+        picked = logits[torch.as_tensor(np.concatenate(src), device=device)]
         return torch.nn.functional.cross_entropy(
             _upcast(picked), torch.as_tensor(np.concatenate(tgt), device=device)
         )
@@ -303,7 +292,7 @@ def train_sft(
     eval_seconds = 0.0
     loss_ema = float("nan")
     packed = cfg.packing == "tree"
-    if packed and (reason := packing_support_issue(model)):
+    if packed and (reason := segment_support_issue(model)):
         packed = False
         if log is not None:
             log(f"SFT packing=tree: {reason}; using padded batches")

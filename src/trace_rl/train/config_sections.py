@@ -210,8 +210,9 @@ class OptimSection:
             ancestry attention mask and per-path position ids, so log-probabilities, loss and gradient equal the
             padded update's up to rounding at a fraction of its compute (`trace_rl.train.packing`); a model whose
             attention cannot take the mask falls back to "none" with one log line. "none": one padded row per path.
-            The warm start's SFT batches follow it (`trace_rl.policy.sft.batch_loss`): "tree" packs examples side
-            by side into rows no longer than the batch's longest, where two fit in one.
+            The warm start's SFT batches follow it (`trace_rl.policy.sft.batch_loss`): "tree" runs a batch's
+            examples as one row without padding, each attending to its own tokens only
+            (`trace_rl.policy.segments`; a model that cannot falls back to padded rows with one log line).
         compile: run the policy update's forward and backward through ``torch.compile(dynamic=True)``
             (`trace_rl.policy.compiled`; needs a C++ compiler, an error if it cannot compile): the same
             log-probabilities, loss and gradient up to float32 rounding, a one-off compile of one to two minutes

@@ -1,0 +1,172 @@
+"""Several token sequences through a causal LM as one row without padding, each attending to its own tokens only.
+
+The warm start's SFT batches (`trace_rl.policy.sft`, ``optim.packing: tree``, issue 38 item 1) hold examples of
+different lengths. Padded to the longest, every row computes the longest example's length, in the matrix products
+and in attention; side by side in one row under a block-diagonal mask (`trace_rl.policy.packing`), attention
+computes the whole row's square. `segment_forward` concatenates the sequences into one row with position ids that
+restart per sequence, and runs the model's own modules with `segment_attention` as its attention function (a
+Hugging Face ``AttentionInterface`` entry, `SEGMENT_ATTENTION`): causal scaled-dot-product attention within each
+sequence's span of the row, so the products cost the batch's real tokens and attention the sum of each sequence's
+own square. Each token then has exactly its unpacked hidden state (the same tokens at the same positions under
+causal attention), up to floating-point rounding.
+
+On the `multistep` warm start (examples of 150-450 tokens, batches of 8) that is 0.655 of the padded batch's
+attention work and about 0.72 of its tokens (docs/benchmarks.md, "The warm start without padding").
+
+The model must be a Hugging Face causal LM that looks its attention function up by ``config._attn_implementation``
+and passes the forward's extra keyword arguments on to it (transformers' Llama/Qwen2/Qwen3 and most decoder
+models); `segment_support_issue` checks a model on a probe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+SEGMENT_ATTENTION = "trace_segments"
+"""The name `segment_attention` is registered under in transformers' ``AttentionInterface``."""
+
+_CUTS = (
+    "segment_cuts"  # the keyword argument that carries the spans from the forward to the attention function
+)
+
+
+def segment_attention(
+    module: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    attention_mask: Any,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[Any, None]:
+    """Causal attention within each span of a padding-free row (the ``AttentionInterface`` signature).
+
+    Args:
+        query: (1, Hq, T, D); key, value: (1, Hkv, T, D), Hq a multiple of Hkv (grouped-query attention).
+        attention_mask: ignored (the spans are the mask).
+        kwargs: ``segment_cuts``, the row's span boundaries [0, c_1, ..., T] (ints, increasing): token t of span
+            [c_k, c_k+1) attends to the tokens c_k..t.
+
+    Returns:
+        (attention output (1, T, Hq, D), None): no attention weights.
+
+    Raises:
+        ValueError: no ``segment_cuts`` (the model was not called by `segment_forward`), or a sliding-window
+            layer (its window is not applied here).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    cuts = kwargs.get(_CUTS)
+    if cuts is None:
+        raise ValueError(
+            f"{SEGMENT_ATTENTION} attention needs segment_cuts: call the model through segment_forward"
+        )
+    if kwargs.get("sliding_window") is not None:
+        raise ValueError(f"{SEGMENT_ATTENTION} attention does not apply a sliding window")
+    groups = query.shape[1] // key.shape[1]
+    if groups > 1:
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    p = dropout if getattr(module, "training", False) else 0.0
+    spans = []
+    for k in range(len(cuts) - 1):  # an index loop: what dynamo traces most plainly
+        a, b = cuts[k], cuts[k + 1]
+        spans.append(
+            F.scaled_dot_product_attention(
+                query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], is_causal=True, scale=scaling, dropout_p=p
+            )
+        )
+    return torch.cat(spans, dim=2).transpose(1, 2).contiguous(), None
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(SEGMENT_ATTENTION, segment_attention)
+
+
+@contextlib.contextmanager
+def _attention(model: Any, name: str) -> Iterator[None]:
+    """``model`` (or the module a compiled wrapper holds: they share the config) runs ``name`` as its attention
+    implementation inside the block; the one it had is restored after."""
+    config = model.config
+    before = config._attn_implementation
+    config._attn_implementation = name
+    try:
+        yield
+    finally:
+        config._attn_implementation = before
+
+
+def segment_forward(
+    model: Any, sequences: Sequence[npt.NDArray[np.int64]]
+) -> tuple[Any, npt.NDArray[np.int64]]:
+    """Logits of ``model`` on ``sequences`` as one padding-free row.
+
+    Args:
+        model: a Hugging Face causal LM (or a ``torch.compile`` wrapper of one), see the module docstring.
+        sequences: K int64 token-id arrays of lengths L_k >= 1.
+
+    Returns:
+        (logits (T, V), T = sum of L_k; starts int64 (K,)): sequence k's token j has the logits at
+        ``starts[k] + j``.
+
+    Raises:
+        ValueError: no sequence, or an empty one.
+    """
+    import torch
+
+    if not sequences or any(s.size == 0 for s in sequences):
+        raise ValueError("segment_forward needs at least one sequence and no empty one")
+    _register()
+    lengths = np.array([s.size for s in sequences], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    cuts = [0, *(int(c) for c in np.cumsum(lengths))]
+    device = next(model.parameters()).device
+    ids = torch.as_tensor(np.concatenate(sequences), device=device)[None]
+    pos = torch.as_tensor(np.concatenate([np.arange(n) for n in lengths]), device=device)[None]
+    with _attention(model, SEGMENT_ATTENTION):
+        logits = model(input_ids=ids, position_ids=pos, **{_CUTS: cuts}).logits[0]
+    return logits, starts
+
+
+def segment_support_issue(model: Any) -> str:
+    """Why ``model`` cannot run `segment_forward`, or "" when it can: on a probe of two short sequences, the
+    log-probabilities of the padding-free row must equal each sequence's own forward within the dtype's tolerance
+    (`trace_rl.policy.packing.PROBE_TOLERANCE`); a model that ignores the attention function or the position ids,
+    or raises, shows."""
+    import torch
+
+    from trace_rl.policy.packing import PROBE_TOLERANCE
+
+    if getattr(getattr(model, "config", None), "_attn_implementation", None) is None:
+        return "it has no Hugging Face attention implementation to replace"
+    vocab = int(model.get_input_embeddings().weight.shape[0])
+    seqs = [np.random.default_rng(0).integers(0, vocab, n).astype(np.int64) for n in (7, 5)]
+    training = bool(getattr(model, "training", False))
+    model.eval()
+    try:
+        with torch.no_grad():
+            logits, starts = segment_forward(model, seqs)
+            together = torch.log_softmax(logits.double(), -1)
+            err = 0.0
+            device = next(model.parameters()).device
+            for seq, a in zip(seqs, starts, strict=True):
+                alone = torch.log_softmax(
+                    model(input_ids=torch.as_tensor(seq[None], device=device)).logits[0].double(), -1
+                )
+                err = max(err, float((together[a : a + seq.size] - alone).abs().max()))
+    except (TypeError, ValueError, RuntimeError, KeyError, AttributeError) as exc:
+        return f"the padding-free forward failed on a probe ({type(exc).__name__}: {exc})"
+    finally:
+        model.train(training)
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    if not err <= PROBE_TOLERANCE.get(dtype, 5e-2):
+        return f"padding-free and separate log-probabilities differ by {err:.2e} on a probe"
+    return ""
