@@ -26,6 +26,14 @@ which holds the compile: ``first_s``), ``cpu_ratio`` (CPU seconds of the process
 ``max_rel_weight_err`` (compiled against eager, after one update).
 
     python benchmarks/tree_packing.py --compare compile --repeats 4
+
+``--compare chains`` times the packed update's two ways of running packed rows, both eager: each row padded to
+the pass's longest under its dense (N, N) ancestry mask (the way before 2026-12-07, and the compiled update's),
+against the rows end to end without padding, attention along each trie's chains (`trace_rl.policy.segments`,
+the eager default since), and prints ``mask_s``, ``chains_s`` (wall medians over repeats), ``wall_ratio`` and
+``cpu_ratio`` (chains / mask), ``tokens_computed`` of both and ``max_rel_weight_err`` (chains against mask).
+
+    python benchmarks/tree_packing.py --compare chains --repeats 3
 """
 
 from __future__ import annotations
@@ -172,6 +180,58 @@ def compare_compile(model: Any, start: dict[str, Any], trees: list[Any], args: a
     )
 
 
+def compare_chains(model: Any, start: dict[str, Any], trees: list[Any], args: argparse.Namespace) -> None:
+    """``--compare chains``: the eager packed update with the dense mask against the padding-free chains,
+    alternating, same start weights (the mask way by answering `segment_support` False)."""
+    import torch
+
+    import trace_rl.train.update as update
+    from trace_rl.train.update import UpdateSettings, policy_update
+
+    settings = UpdateSettings(estimator="treerpo", minibatches=2, micro_tokens=4096, packing="tree")
+    real = update.segment_support
+    wall: dict[str, list[float]] = {"mask": [], "chains": []}
+    cpu: dict[str, list[float]] = {"mask": [], "chains": []}
+    tokens: dict[str, float] = {}
+    weights: dict[str, list[Any]] = {}
+    try:
+        for _ in range(args.repeats):
+            for name in ("mask", "chains"):
+                update.segment_support = real if name == "chains" else (lambda _model: False)
+                model.load_state_dict(start)
+                opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95))
+                t0, c0 = time.perf_counter(), time.process_time()
+                stats = policy_update(model, opt, trees, settings, pad_id=0, rng=np.random.default_rng(0))
+                wall[name].append(time.perf_counter() - t0)
+                cpu[name].append(time.process_time() - c0)
+                tokens[name] = stats["forward_tokens"]
+                weights[name] = [p.detach().clone() for p in model.parameters()]
+    finally:
+        update.segment_support = real
+    err = max(
+        float((a - b).norm() / b.norm()) for a, b in zip(weights["chains"], weights["mask"], strict=True)
+    )
+    med = {name: statistics.median(v) for name, v in wall.items()}
+    med_cpu = {name: statistics.median(v) for name, v in cpu.items()}
+    print(
+        json.dumps(
+            {
+                "compare": "chains",
+                "trees": "synthetic" if args.synthetic else str(args.trees.relative_to(ROOT)),
+                "paths": sum(t.num_leaves for t in trees),
+                "threads": args.threads,
+                "repeats": args.repeats,
+                "tokens_computed": tokens,
+                "mask_s": med["mask"],
+                "chains_s": med["chains"],
+                "wall_ratio": med["chains"] / med["mask"],
+                "cpu_ratio": med_cpu["chains"] / med_cpu["mask"],
+                "max_rel_weight_err": err,
+            }
+        )
+    )
+
+
 def _relative(path: str) -> str:
     p = Path(path)
     return str(p.relative_to(ROOT)) if p.is_absolute() and p.is_relative_to(ROOT) else path
@@ -189,7 +249,7 @@ def main() -> None:
     ap.add_argument("--policy", default=str(WARM_START) if WARM_START.exists() else "tiny")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--compare", choices=("packing", "compile"), default="packing")
+    ap.add_argument("--compare", choices=("packing", "compile", "chains"), default="packing")
     args = ap.parse_args()
 
     import torch
@@ -205,6 +265,9 @@ def main() -> None:
     start = copy.deepcopy(policy.model.state_dict())
     if args.compare == "compile":
         compare_compile(policy.model, start, trees, args)
+        return
+    if args.compare == "chains":
+        compare_chains(policy.model, start, trees, args)
         return
     settings = {
         p: UpdateSettings(estimator="treerpo", minibatches=2, micro_tokens=4096, packing=p)

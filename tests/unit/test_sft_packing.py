@@ -78,7 +78,7 @@ def test_segment_forward_gives_each_sequence_its_own_logits(tiny_policy, float64
     assert model.config._attn_implementation == "sdpa"
     # called without the spans (not through segment_forward), the attention function says so
     model.config._attn_implementation = segments.SEGMENT_ATTENTION
-    with pytest.raises(ValueError, match="call the model through segment_forward"):
+    with pytest.raises(ValueError, match="call the model through segment_forward or tree_forward"):
         model(input_ids=torch.as_tensor(seqs[0][None]))
 
 

@@ -27,6 +27,7 @@ from trace_rl.train.packing import (  # noqa: E402
 )
 from trace_rl.train.update import (  # noqa: E402
     UpdateSettings,
+    has_signal,
     path_rows,
     policy_update,
     sequence_logprobs,
@@ -85,7 +86,10 @@ def _double(model: torch.nn.Module) -> torch.nn.Module:
     return copy.deepcopy(model).double()
 
 
-def test_packed_logprobs_match_the_padded_ones_path_by_path(tiny_policy, float64_norms: None) -> None:
+@pytest.mark.parametrize("chains", [False, True])
+def test_packed_logprobs_match_the_padded_ones_path_by_path(
+    tiny_policy, float64_norms: None, chains: bool
+) -> None:
     model = _double(tiny_policy.model)
     rows = path_rows(replay_trees(), UpdateSettings())
     passes = plan_packed_passes(rows, 0)
@@ -93,7 +97,7 @@ def test_packed_logprobs_match_the_padded_ones_path_by_path(tiny_policy, float64
     assert passes[0].tokens < sum(len(r.prompt_ids) + len(r.token_ids) for r in rows) * 0.7
     sub = [rows[i] for i in passes[0].paths]
     with torch.no_grad():
-        packed = packed_logprobs(model, sub, passes[0].rows, 0.7, 0)
+        packed = packed_logprobs(model, sub, passes[0].rows, 0.7, 0, chains=chains)
         padded = sequence_logprobs(model, sub, 0.7, 0)
     mask = torch.zeros_like(padded)
     for i, r in enumerate(sub):
@@ -272,6 +276,46 @@ def test_a_model_that_cannot_take_the_mask_gets_the_padded_update_with_one_log_l
     assert all(torch.equal(x, y) for x, y in zip(w_tree, w_none, strict=True))
 
 
+class KeepsItsAttention(IgnoresMasks):
+    """A causal LM that takes the 4D mask but runs its own attention whatever function it is given (so it cannot
+    run the packed rows without padding)."""
+
+    def forward(self, **kwargs):  # type: ignore[no-untyped-def]
+        asked, self.config._attn_implementation = self.config._attn_implementation, "sdpa"
+        try:
+            return self.inner(**kwargs)
+        finally:
+            self.config._attn_implementation = asked
+
+
+def test_the_eager_packed_update_runs_without_padding_and_falls_back_to_the_mask(
+    tiny_policy, float64_norms: None, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The packed rows run end to end along each trie's chains (`tree_forward`), computing the rows' own tokens; a
+    model whose attention function cannot be replaced keeps the dense mask, with one log line, for the same
+    weights."""
+    import trace_rl.train.packing as packing
+
+    chained: list[int] = []
+    real = packing.tree_forward
+    monkeypatch.setattr(packing, "tree_forward", lambda m, rows: chained.append(len(rows)) or real(m, rows))
+    trees = replay_trees()
+    settings = UpdateSettings(estimator="treerpo", minibatches=1, micro_tokens=0)
+    rows = [r for r in path_rows(trees, settings) if has_signal(r)]  # the rows the update forwards
+    (plan,) = plan_packed_passes(rows, 0)
+    w_chain, s_chain = _step(_double(tiny_policy.model), trees, settings, None, "sgd")
+    assert chained == [len(plan.rows)] and s_chain["forward_tokens"] == plan.row_tokens < plan.tokens
+    chained.clear()
+    model = KeepsItsAttention(_double(tiny_policy.model))
+    with caplog.at_level(logging.WARNING, logger="trace_rl.train.packing"):
+        w_mask, s_mask = _step(model, trees, settings, None, "sgd")
+        _step(model, trees, settings, None, "sgd")
+    lines = [r.getMessage() for r in caplog.records if "keep the dense mask" in r.getMessage()]
+    assert len(lines) == 1 and "differ" in lines[0] and chained == []
+    assert s_mask["packed"] == 1.0 and s_mask["forward_tokens"] == plan.tokens
+    assert weight_error(w_chain, w_mask) <= 1e-9
+
+
 def test_packing_setting_is_validated() -> None:
     with pytest.raises(ValueError, match="packing must be one of"):
         UpdateSettings(packing="trie")
@@ -288,8 +332,12 @@ def test_a_compiled_update_gives_the_eager_updates_weights(
 ) -> None:
     """`optim.compile`: one optimizer step through torch.compile (trees with replays at depths 1-3, the KL term)
     moves the weights as the eager step does, to float32 rounding, and every forward ran through the wrapper."""
+    import trace_rl.train.packing as tree_packing
     import trace_rl.train.update as update
 
+    chained: list[bool] = []
+    real_tree = tree_packing.tree_forward
+    monkeypatch.setattr(tree_packing, "tree_forward", lambda m, r: chained.append(True) or real_tree(m, r))
     seen: list[str] = []
     real = update._micro_loss
     monkeypatch.setattr(
@@ -306,7 +354,10 @@ def test_a_compiled_update_gives_the_eager_updates_weights(
         model = copy.deepcopy(start)
         moved[on], stats[on] = _step(model, trees, settings, ref, "sgd")
         assert seen and set(seen) == {"OptimizedModule" if on else type(start).__name__}
+        # eager packed rows run without padding; compiled ones keep the dense mask (one graph for all shapes)
+        assert bool(chained) == (packing == "tree" and not on)
         seen.clear()
+        chained.clear()
     assert norm_error(moved[True], moved[False]) <= 1e-5
     assert norm_error(moved[False], [p.detach().reshape(-1) for p in start.parameters()]) > 1e-4  # it trained
     assert stats[True]["loss"] == pytest.approx(stats[False]["loss"], rel=1e-5, abs=1e-7)

@@ -27,12 +27,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from trace_rl.policy.packing import PackedRow
+
 SEGMENT_ATTENTION = "trace_segments"
 """The name `segment_attention` is registered under in transformers' ``AttentionInterface``."""
 
-_CUTS = (
-    "segment_cuts"  # the keyword argument that carries the spans from the forward to the attention function
-)
+_CUTS = "segment_cuts"  # the keyword argument carrying the spans from the forward to the attention function
+_CHAINS = "segment_chains"  # the same for a packed trie's chains (`tree_forward`)
+
+Chain = tuple[int, int, Any, Any]
+"""(start, end, ancestors, mask) of one chain of a padding-free trie row: tokens start..end-1 follow the tokens at
+row positions ``ancestors`` (a LongTensor, root first; None for a chain without ancestors), and ``mask`` (bool
+(end - start, A + end - start), None without ancestors) lets each see every ancestor and its own earlier tokens."""
 
 
 def segment_attention(
@@ -51,22 +57,25 @@ def segment_attention(
         query: (1, Hq, T, D); key, value: (1, Hkv, T, D), Hq a multiple of Hkv (grouped-query attention).
         attention_mask: ignored (the spans are the mask).
         kwargs: ``segment_cuts``, the row's span boundaries [0, c_1, ..., T] (ints, increasing): token t of span
-            [c_k, c_k+1) attends to the tokens c_k..t.
+            [c_k, c_k+1) attends to the tokens c_k..t; or ``segment_chains``, a packed trie's chains (`Chain`,
+            from `tree_forward`): a chain's token attends to the chain's ancestors and its own earlier tokens.
 
     Returns:
         (attention output (1, T, Hq, D), None): no attention weights.
 
     Raises:
-        ValueError: no ``segment_cuts`` (the model was not called by `segment_forward`), or a sliding-window
+        ValueError: neither (the model was not called by `segment_forward` or `tree_forward`), or a sliding-window
             layer (its window is not applied here).
     """
     import torch
     import torch.nn.functional as F
 
-    cuts = kwargs.get(_CUTS)
-    if cuts is None:
+    cuts: list[int] | None = kwargs.get(_CUTS)
+    chains: list[Chain] | None = kwargs.get(_CHAINS)
+    if cuts is None and chains is None:
         raise ValueError(
-            f"{SEGMENT_ATTENTION} attention needs segment_cuts: call the model through segment_forward"
+            f"{SEGMENT_ATTENTION} attention needs segment_cuts or segment_chains: call the model through "
+            "segment_forward or tree_forward"
         )
     if kwargs.get("sliding_window") is not None:
         raise ValueError(f"{SEGMENT_ATTENTION} attention does not apply a sliding window")
@@ -74,6 +83,9 @@ def segment_attention(
     if groups > 1:
         key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
     p = dropout if getattr(module, "training", False) else 0.0
+    if chains is not None:
+        return _chain_attention(query, key, value, chains, scaling, p), None
+    assert cuts is not None  # checked above
     spans = []
     for k in range(len(cuts) - 1):  # an index loop: what dynamo traces most plainly
         a, b = cuts[k], cuts[k + 1]
@@ -83,6 +95,35 @@ def segment_attention(
             )
         )
     return torch.cat(spans, dim=2).transpose(1, 2).contiguous(), None
+
+
+def _chain_attention(
+    query: Any, key: Any, value: Any, chains: Sequence[Chain], scaling: float | None, p: float
+) -> Any:
+    """`segment_attention` over a packed trie's chains: each chain's queries attend to its ancestors' keys and,
+    causally, its own; (1, T, H, D)."""
+    import torch
+    import torch.nn.functional as F
+
+    out = []
+    for start, end, ancestors, mask in chains:
+        q = query[:, :, start:end]
+        if ancestors is None:
+            out.append(
+                F.scaled_dot_product_attention(
+                    q,
+                    key[:, :, start:end],
+                    value[:, :, start:end],
+                    is_causal=True,
+                    scale=scaling,
+                    dropout_p=p,
+                )
+            )
+            continue
+        k = torch.cat([key.index_select(2, ancestors), key[:, :, start:end]], dim=2)
+        v = torch.cat([value.index_select(2, ancestors), value[:, :, start:end]], dim=2)
+        out.append(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling, dropout_p=p))
+    return torch.cat(out, dim=2).transpose(1, 2).contiguous()
 
 
 def _register() -> None:
@@ -134,6 +175,45 @@ def segment_forward(
     with _attention(model, SEGMENT_ATTENTION):
         logits = model(input_ids=ids, position_ids=pos, **{_CUTS: cuts}).logits[0]
     return logits, starts
+
+
+def tree_forward(model: Any, rows: Sequence[PackedRow]) -> tuple[Any, npt.NDArray[np.int64]]:
+    """Logits of ``model`` on packed trie rows (`trace_rl.policy.packing.pack_sequences`) laid end to end as one
+    padding-free row: each chain of a row attends to its ancestors and, causally, to itself
+    (`segment_attention`), so each token's logits equal `trace_rl.policy.packing.packed_forward`'s (the dense
+    ancestry mask) up to rounding, without padding the rows to the longest and without the (N, N) attention of
+    each row: a token's attention costs its ancestry, not its row.
+
+    Returns:
+        (logits (N, V), N = the rows' tokens; offsets int64 (R,)): row r's packed position j has the logits at
+        ``offsets[r] + j``.
+
+    Raises:
+        ValueError: no rows, or an empty row.
+    """
+    import torch
+
+    if not rows or any(r.size == 0 for r in rows):
+        raise ValueError("tree_forward needs at least one row and no empty row")
+    _register()
+    device = next(model.parameters()).device
+    offsets = np.concatenate([[0], np.cumsum([r.size for r in rows])[:-1]]).astype(np.int64)
+    chains: list[Chain] = []
+    for row, off in zip(rows, offsets, strict=True):
+        for start, end, ancestors in row.segments:
+            a, b = int(off) + start, int(off) + end
+            if ancestors.size == 0:
+                chains.append((a, b, None, None))
+                continue
+            n = end - start
+            mask = torch.ones((n, ancestors.size + n), dtype=torch.bool, device=device)
+            mask[:, ancestors.size :] = torch.ones((n, n), dtype=torch.bool, device=device).tril()
+            chains.append((a, b, torch.as_tensor(ancestors + off, device=device), mask))
+    ids = torch.as_tensor(np.concatenate([r.token_ids for r in rows]), device=device)[None]
+    pos = torch.as_tensor(np.concatenate([r.position_ids for r in rows]), device=device)[None]
+    with _attention(model, SEGMENT_ATTENTION):
+        logits = model(input_ids=ids, position_ids=pos, **{_CHAINS: chains}).logits[0]
+    return logits, offsets
 
 
 def segment_support_issue(model: Any) -> str:

@@ -43,6 +43,7 @@ from trace_rl.policy.packing import (
     packing_support_issue,
     shared_prefix,
 )
+from trace_rl.policy.segments import segment_support_issue, tree_forward
 from trace_rl.train.logprobs import upcast
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "pack_sequences",
     "packed_logprobs",
     "plan_packed_passes",
+    "segment_support",
     "tree_mask_support",
 ]
 
@@ -73,11 +75,14 @@ class PackedPass:
         paths: indices (into the minibatch's list) of the paths of this pass.
         rows: per packed row, the positions in ``paths`` of its paths.
         tokens: tokens the pass computes, packed rows x their longest (padding included).
+        row_tokens: the packed rows' own tokens (what the pass computes without padding, `packed_logprobs` with
+            ``chains``).
     """
 
     paths: list[int]
     rows: list[list[int]]
     tokens: int
+    row_tokens: int = 0
 
 
 ROW_TOKENS = 1024
@@ -140,6 +145,7 @@ def plan_packed_passes(
                 paths=paths,
                 rows=[[where[i] for i in groups[g]] for g in p],
                 tokens=len(p) * max(sizes[g] for g in p),
+                row_tokens=sum(sizes[g] for g in p),
             )
         )
     return out
@@ -152,10 +158,17 @@ def packed_logprobs(
     temperature: float,
     pad_id: int,
     span: int | None = None,
+    *,
+    chains: bool = False,
 ) -> Any:
     """Log-probabilities (B, T) of each path's turn tokens under ``model``, computed on packed rows; 0-padded to
     T = ``span`` (default: the longest turn span of ``rows``), the same tensor as
     `trace_rl.train.logprobs.sequence_logprobs` up to floating-point rounding.
+
+    ``chains=False``: the packed rows padded to the longest, each under its dense (N, N) ancestry mask
+    (`trace_rl.policy.packing.packed_forward`). ``chains=True``: the rows end to end without padding, each chain
+    of a trie attending to its ancestors and itself only (`trace_rl.policy.segments.tree_forward`; ``model`` must
+    pass `segment_support`), the same log-probabilities up to rounding at a token's ancestry's cost of attention.
 
     Args:
         model: a causal LM taking ``input_ids``, ``position_ids`` and a 4D additive ``attention_mask``
@@ -192,10 +205,13 @@ def packed_logprobs(
             src_row.append(np.full(turn, r, dtype=np.int64))
             dst_path.append(np.full(turn, i, dtype=np.int64))
             dst_col.append(np.arange(turn, dtype=np.int64))
-    logits = packed_forward(model, packed, pad_id)
     flat = [torch.as_tensor(np.concatenate(a), device=device) for a in (src_row, src_pos, src_tok)]
-    # (K, V): only the positions that predict a turn token
-    picked = upcast(logits[flat[0], flat[1]]) / temperature
+    if chains:
+        logits, offsets = tree_forward(model, packed)
+        at = torch.as_tensor(offsets, device=device)[flat[0]] + flat[1]
+        picked = upcast(logits[at]) / temperature  # (K, V): only the positions that predict a turn token
+    else:
+        picked = upcast(packed_forward(model, packed, pad_id)[flat[0], flat[1]]) / temperature
     logp = torch.log_softmax(picked, dim=-1).gather(-1, flat[2][:, None]).squeeze(-1)
     out = torch.zeros((len(rows), span), dtype=logp.dtype, device=device)
     out[torch.as_tensor(np.concatenate(dst_path)), torch.as_tensor(np.concatenate(dst_col))] = logp
@@ -203,6 +219,21 @@ def packed_logprobs(
 
 
 _SUPPORT: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+_CHAIN_SUPPORT: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def segment_support(model: Any) -> bool:
+    """Whether ``model`` can run the packed update's rows without padding (`packed_logprobs` with ``chains``:
+    `trace_rl.policy.segments.segment_support_issue` finds nothing). Checked once per model object; one that
+    cannot keeps the dense ancestry mask, with one log line."""
+    if model not in _CHAIN_SUPPORT:
+        reason = segment_support_issue(model)
+        if reason:
+            _log.warning(
+                "optim.packing=tree: %s; packed rows keep the dense mask for %s", reason, type(model).__name__
+            )
+        _CHAIN_SUPPORT[model] = not reason
+    return _CHAIN_SUPPORT[model]
 
 
 def tree_mask_support(model: Any) -> bool:

@@ -36,7 +36,7 @@ from trace_rl.advantages import grpo_advantages, token_advantages, tree_grpo_adv
 from trace_rl.advantages.tokens import PathTokens
 from trace_rl.policy.compiled import compile_failure, compiled, strict
 from trace_rl.train.logprobs import sequence_logprobs
-from trace_rl.train.packing import packed_logprobs, plan_packed_passes, tree_mask_support
+from trace_rl.train.packing import packed_logprobs, plan_packed_passes, segment_support, tree_mask_support
 from trace_rl.tree import REWARD_ATOL, RolloutTree
 
 ESTIMATORS: dict[str, Callable[..., np.ndarray]] = {
@@ -193,11 +193,13 @@ def forward_passes(
     packed: bool,
     total_tokens: float | None = None,
     total_rows: int | None = None,
+    chains: bool = False,
 ) -> list[tuple[list[PathTokens], list[list[int]] | None, float, float, int]]:
     """The forward passes of a minibatch: (paths, packed rows or None, loss scale, token share, computed tokens).
 
     ``packed``: passes of `trace_rl.train.packing.plan_packed_passes` (packed rows of one prompt each, given as
-    lists of indices into the pass's paths; computed tokens = packed rows x longest packed row); otherwise those of
+    lists of indices into the pass's paths; computed tokens = packed rows x longest packed row, or with ``chains``,
+    the rows run end to end without padding, the rows' own tokens); otherwise those of
     `micro_batches` (None; computed tokens = rows x longest row). Scale and share as in `micro_batches`, so both
     give the minibatch's loss and gradient.
     """
@@ -212,7 +214,12 @@ def forward_passes(
     for p in plan_packed_passes(batch, settings.micro_tokens):
         group = [batch[i] for i in p.paths]
         out.append(
-            (group, p.rows, *_pass_weights(group, batch, settings, total_tokens, total_rows), p.tokens)
+            (
+                group,
+                p.rows,
+                *_pass_weights(group, batch, settings, total_tokens, total_rows),
+                p.row_tokens if chains else p.tokens,
+            )
         )
     return out
 
@@ -225,9 +232,11 @@ def _micro_loss(
     pad_id: int,
     ref_model: Any | None,
     packed_rows: Sequence[Sequence[int]] | None = None,
+    chains: bool = False,
 ) -> tuple[Any, dict[str, Any]]:
     """`policy_loss` of one micro-batch, its (B, T) tensors padded to the whole minibatch's span T; log-probs from
-    packed rows (`packed_logprobs`) when ``packed_rows`` is given (the reference model's too, if it supports it)."""
+    packed rows (`packed_logprobs`, without padding with ``chains``) when ``packed_rows`` is given (the reference
+    model's too, if it supports it)."""
     import torch
 
     from trace_rl.advantages.losses import policy_loss
@@ -236,12 +245,13 @@ def _micro_loss(
     mask = _pad([r.loss_mask for r in micro], span, torch.float32).to(device)
     old = _pad([r.logprobs for r in micro], span, torch.float32).to(device)
     adv = _pad([r.advantages for r in micro], span, torch.float32).to(device)
-    new = _logprobs(model, micro, packed_rows, settings.temperature, pad_id, span)
+    new = _logprobs(model, micro, packed_rows, settings.temperature, pad_id, span, chains)
     ref = None
     if settings.kl_coef > 0 and ref_model is not None:
         with torch.no_grad():
             ref_rows = packed_rows if packed_rows is not None and tree_mask_support(ref_model) else None
-            ref = _logprobs(ref_model, micro, ref_rows, settings.temperature, pad_id, span)
+            ref_chains = chains and ref_rows is not None and segment_support(ref_model)
+            ref = _logprobs(ref_model, micro, ref_rows, settings.temperature, pad_id, span, ref_chains)
     return policy_loss(
         new,
         old,
@@ -262,10 +272,11 @@ def _logprobs(
     temperature: float,
     pad_id: int,
     span: int,
+    chains: bool = False,
 ) -> Any:
     if packed_rows is None:
         return sequence_logprobs(model, rows, temperature, pad_id, span)
-    return packed_logprobs(model, rows, packed_rows, temperature, pad_id, span)
+    return packed_logprobs(model, rows, packed_rows, temperature, pad_id, span, chains=chains)
 
 
 def minibatch_split(n: int, settings: UpdateSettings, rng: np.random.Generator) -> list[np.ndarray]:
@@ -329,6 +340,9 @@ def policy_update(
     steps = 0
     computed = 0
     packed = settings.packing == "tree" and any(live) and tree_mask_support(model)
+    # eager: the packed rows without padding, attention along each trie's chains; compiled: the dense ancestry
+    # mask (one graph for every pass's shape, where the chains' Python loop would recompile per tree shape)
+    chains = packed and not settings.compile and segment_support(model)
     net = compiled(model) if settings.compile else model  # the policy's forward; its weights are model's
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
@@ -346,13 +360,14 @@ def policy_update(
                     packed=packed,
                     total_tokens=sum(float(r.loss_mask.sum()) for r in batch),
                     total_rows=len(batch),
+                    chains=chains,
                 )
                 for micro, packed_rows, scale, token_share, tokens in passes:
                     computed += tokens
                     try:  # the backward too: inductor compiles it on its first call
                         with strict() if settings.compile else contextlib.nullcontext():
                             loss, info = _micro_loss(
-                                net, micro, span, settings, pad_id, ref_model, packed_rows
+                                net, micro, span, settings, pad_id, ref_model, packed_rows, chains
                             )
                             (loss * scale).backward()  # gradients accumulate to the whole minibatch's loss's
                     except Exception as err:
