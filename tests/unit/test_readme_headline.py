@@ -44,3 +44,26 @@ def test_readme_demo_numbers_are_what_paired_runs_prints(
         vs_grpo["trace - grpo auc_rollouts"],
     ):
         assert row in readme, row
+
+
+def test_readme_agentic_numbers_are_what_paired_runs_prints(
+    capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    """Issue 37's five-seed numbers in the README recompute from the logs kept in results/c37v2."""
+    monkeypatch.chdir(ROOT)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    for baseline, methods in (
+        ("grpo", "trace,pcl,trace_root_only"),
+        ("trace_root_only", "trace"),
+        ("pcl", "trace"),
+    ):
+        args = ["results/c37v2", "--baseline", baseline, "--methods", methods, "--seeds", "0,1,2,3,4"]
+        assert paired_runs.main(args) == 0
+        out = capsys.readouterr().out
+        for method in methods.split(","):
+            found = re.search(
+                rf"^{method} - {baseline} final: ([+-]\d\.\d{{3}} \[[+-]\d\.\d{{3}}, [+-]\d\.\d{{3}}\])",
+                out,
+                re.M,
+            )
+            assert found is not None and found.group(1) in readme, (method, baseline)
