@@ -53,7 +53,7 @@ def test_readme_agentic_numbers_are_what_paired_runs_prints(
     monkeypatch.chdir(ROOT)
     readme = " ".join((ROOT / "README.md").read_text().split())
     for baseline, methods in (
-        ("grpo", "trace,pcl,trace_root_only"),
+        ("grpo", "trace,pcl,trace_root_only,treepo"),
         ("trace_root_only", "trace"),
         ("pcl", "trace"),
     ):
