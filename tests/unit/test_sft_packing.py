@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tests.unit.model_fakes import IgnoresMasks, KeepsItsAttention  # noqa: E402
 from trace_rl.policy import segments  # noqa: E402
 from trace_rl.policy.packing import packing_support_issue  # noqa: E402
 from trace_rl.policy.sft import SFTConfig, SFTExample, batch_loss, train_sft  # noqa: E402
@@ -85,35 +86,6 @@ def test_segment_forward_gives_each_sequence_its_own_logits(tiny_policy, float64
 def test_sft_packing_setting_is_validated() -> None:
     with pytest.raises(ValueError, match="packing must be one of"):
         SFTConfig(packing="trie")
-
-
-class IgnoresMasks(torch.nn.Module):  # type: ignore[misc]
-    """A causal LM that drops a 4D mask and the position ids (one that cannot take packed rows)."""
-
-    def __init__(self, inner: torch.nn.Module) -> None:
-        super().__init__()
-        self.inner = inner
-        self.config = inner.config
-
-    def get_input_embeddings(self) -> torch.nn.Module:
-        return self.inner.get_input_embeddings()
-
-    def forward(self, input_ids, attention_mask=None, position_ids=None):  # type: ignore[no-untyped-def]
-        if attention_mask is not None and attention_mask.dim() == 4:
-            attention_mask = None
-        return self.inner(input_ids=input_ids, attention_mask=attention_mask)
-
-
-class KeepsItsAttention(IgnoresMasks):
-    """A causal LM that runs its own attention whatever attention function it is given (so in a padding-free row
-    a sequence sees the ones before it)."""
-
-    def forward(self, **kwargs):  # type: ignore[no-untyped-def]
-        asked, self.config._attn_implementation = self.config._attn_implementation, "sdpa"
-        try:
-            return self.inner(**kwargs)
-        finally:
-            self.config._attn_implementation = asked
 
 
 def test_a_model_that_cannot_take_the_mask_trains_padded_after_one_log_line(tiny_policy) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tests.unit.model_fakes import IgnoresMasks, KeepsItsAttention  # noqa: E402
 from trace_rl.advantages.losses import LOSS_AGGS  # noqa: E402
 from trace_rl.train.packing import (  # noqa: E402
     pack_sequences,
@@ -240,23 +241,6 @@ def test_float32_models_agree_to_float32_rounding(tiny_policy) -> None:
     assert norm_error(moved["tree"], moved["none"]) <= 1e-5
 
 
-class IgnoresMasks(torch.nn.Module):  # type: ignore[misc]
-    """A causal LM whose forward drops a 4D mask and the position ids (a model that cannot take tree packing)."""
-
-    def __init__(self, inner: torch.nn.Module) -> None:
-        super().__init__()
-        self.inner = inner
-        self.config = inner.config
-
-    def get_input_embeddings(self) -> torch.nn.Module:
-        return self.inner.get_input_embeddings()
-
-    def forward(self, input_ids, attention_mask=None, position_ids=None):  # type: ignore[no-untyped-def]
-        if attention_mask is not None and attention_mask.dim() == 4:
-            attention_mask = None
-        return self.inner(input_ids=input_ids, attention_mask=attention_mask)
-
-
 def test_a_model_that_cannot_take_the_mask_gets_the_padded_update_with_one_log_line(
     tiny_policy, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -274,18 +258,6 @@ def test_a_model_that_cannot_take_the_mask_gets_the_padded_update_with_one_log_l
 
     w_none, _ = _step(padded_model, trees, dataclasses.replace(settings, packing="none"), None, "sgd")
     assert all(torch.equal(x, y) for x, y in zip(w_tree, w_none, strict=True))
-
-
-class KeepsItsAttention(IgnoresMasks):
-    """A causal LM that takes the 4D mask but runs its own attention whatever function it is given (so it cannot
-    run the packed rows without padding)."""
-
-    def forward(self, **kwargs):  # type: ignore[no-untyped-def]
-        asked, self.config._attn_implementation = self.config._attn_implementation, "sdpa"
-        try:
-            return self.inner(**kwargs)
-        finally:
-            self.config._attn_implementation = asked
 
 
 def test_the_eager_packed_update_runs_without_padding_and_falls_back_to_the_mask(

@@ -161,20 +161,13 @@ def segment_forward(
     Raises:
         ValueError: no sequence, or an empty one.
     """
-    import torch
-
     if not sequences or any(s.size == 0 for s in sequences):
         raise ValueError("segment_forward needs at least one sequence and no empty one")
-    _register()
-    lengths = np.array([s.size for s in sequences], dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    lengths = [s.size for s in sequences]
+    starts = _starts(lengths)
     cuts = [0, *(int(c) for c in np.cumsum(lengths))]
-    device = next(model.parameters()).device
-    ids = torch.as_tensor(np.concatenate(sequences), device=device)[None]
-    pos = torch.as_tensor(np.concatenate([np.arange(n) for n in lengths]), device=device)[None]
-    with _attention(model, SEGMENT_ATTENTION):
-        logits = model(input_ids=ids, position_ids=pos, **{_CUTS: cuts}).logits[0]
-    return logits, starts
+    positions = np.concatenate([np.arange(n) for n in lengths])
+    return _row_logits(model, np.concatenate(sequences), positions, {_CUTS: cuts}), starts
 
 
 def tree_forward(model: Any, rows: Sequence[PackedRow]) -> tuple[Any, npt.NDArray[np.int64]]:
@@ -195,9 +188,8 @@ def tree_forward(model: Any, rows: Sequence[PackedRow]) -> tuple[Any, npt.NDArra
 
     if not rows or any(r.size == 0 for r in rows):
         raise ValueError("tree_forward needs at least one row and no empty row")
-    _register()
     device = next(model.parameters()).device
-    offsets = np.concatenate([[0], np.cumsum([r.size for r in rows])[:-1]]).astype(np.int64)
+    offsets = _starts([r.size for r in rows])
     chains: list[Chain] = []
     for row, off in zip(rows, offsets, strict=True):
         for start, end, ancestors in row.segments:
@@ -209,11 +201,29 @@ def tree_forward(model: Any, rows: Sequence[PackedRow]) -> tuple[Any, npt.NDArra
             mask = torch.ones((n, ancestors.size + n), dtype=torch.bool, device=device)
             mask[:, ancestors.size :] = torch.ones((n, n), dtype=torch.bool, device=device).tril()
             chains.append((a, b, torch.as_tensor(ancestors + off, device=device), mask))
-    ids = torch.as_tensor(np.concatenate([r.token_ids for r in rows]), device=device)[None]
-    pos = torch.as_tensor(np.concatenate([r.position_ids for r in rows]), device=device)[None]
+    ids = np.concatenate([r.token_ids for r in rows])
+    positions = np.concatenate([r.position_ids for r in rows])
+    return _row_logits(model, ids, positions, {_CHAINS: chains}), offsets
+
+
+def _starts(lengths: Sequence[int]) -> npt.NDArray[np.int64]:
+    """Where each of some stretches laid end to end starts: int64 (K,)."""
+    return np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+
+
+def _row_logits(
+    model: Any, ids: npt.NDArray[np.int64], positions: npt.NDArray[np.int64], spans: dict[str, Any]
+) -> Any:
+    """Logits (T, V) of ``model`` on one row of token ids (T,) at ``positions`` (T,), with `segment_attention`
+    as its attention function and ``spans`` (its ``segment_cuts`` or ``segment_chains``) passed on to it."""
+    import torch
+
+    _register()
+    device = next(model.parameters()).device
+    ids_t = torch.as_tensor(ids, device=device)[None]
+    pos_t = torch.as_tensor(positions, device=device)[None]
     with _attention(model, SEGMENT_ATTENTION):
-        logits = model(input_ids=ids, position_ids=pos, **{_CHAINS: chains}).logits[0]
-    return logits, offsets
+        return model(input_ids=ids_t, position_ids=pos_t, **spans).logits[0]
 
 
 def segment_support_issue(model: Any) -> str:
