@@ -3,8 +3,11 @@
 Runs `policy_update` on the same trees from the same weights both ways (``optim.packing`` "none", then "tree"),
 back to back in one process, ``--repeats`` times, and prints one JSON line:
 
-- ``tokens_computed``: tokens the policy's forward passes computed per update ({"padded", "packed"}, padding
-  included: rows x longest row per pass, packed rows x longest packed row per pass), and their ratio;
+- ``tokens_computed``: tokens the policy's forward passes computed per update ({"padded", "packed"}, the
+  update's ``forward_tokens``: padded, rows x longest row per pass; packed, the packed rows' own tokens under the
+  default padding-free rows (`trace_rl.policy.segments.tree_forward`), or packed rows x longest packed row per pass
+  where the dense ancestry mask runs: compiled, or a model whose attention function cannot be replaced), and their
+  ratio;
 - ``wall_ratio``: median packed update seconds / median padded update seconds (and both medians);
 - ``max_rel_logprob_err``: max over paths of |packed - padded| / |padded| of the path's log-probability (the sum of
   its model tokens' log-probabilities), at the starting weights; ``max_abs_token_logprob_err``: max over model

@@ -105,6 +105,14 @@ def test_a_model_that_cannot_take_the_mask_trains_padded_after_one_log_line(tiny
         assert torch.equal(a, b)
 
 
+def test_the_padded_fallback_is_logged_without_a_log_callable(tiny_policy, caplog) -> None:
+    model = IgnoresMasks(copy.deepcopy(tiny_policy.model))
+    cfg = SFTConfig(steps=1, batch_size=3, eval_every=100, warmup_steps=1, packing="tree")
+    with caplog.at_level("WARNING", logger="trace_rl.policy.sft"):
+        train_sft(model, examples(), cfg, pad_id=0)
+    assert sum("using padded batches" in r.getMessage() for r in caplog.records) == 1
+
+
 @pytest.mark.parametrize("packed", [False, True])
 def test_bfloat16_warm_start_runs_its_products_in_bfloat16_and_stays_close(tiny_policy, packed: bool) -> None:
     model = copy.deepcopy(tiny_policy.model).eval()

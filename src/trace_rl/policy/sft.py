@@ -14,6 +14,7 @@ it, and ``steps`` is only a cap (`SFTResult.stopped` tells which happened).
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +29,8 @@ from trace_rl.policy.chat import CHAT, IM_END
 from trace_rl.policy.compiled import compile_failure, compiled, strict
 from trace_rl.policy.segments import segment_forward, segment_support_issue
 from trace_rl.types import Task
+
+_log = logging.getLogger(__name__)
 
 PACKINGS = ("tree", "none")
 DTYPES = ("float32", "bfloat16")
@@ -294,8 +297,7 @@ def train_sft(
     packed = cfg.packing == "tree"
     if packed and (reason := segment_support_issue(model)):
         packed = False
-        if log is not None:
-            log(f"SFT packing=tree: {reason}; using padded batches")
+        (log or _log.warning)(f"SFT packing=tree: {reason}; using padded batches")
     net = compiled(model) if cfg.compile else model
     model.train()
     for step in range(cfg.steps):

@@ -7,8 +7,12 @@ the longest row of its pass, so a shared prefix is computed once per path below 
 
 - one packed row holds the paths of one prompt (split when they exceed the pass's token limit); its tokens are the
   nodes of their trie, each distinct prefix once, laid out so that every token follows its ancestors;
-- a token attends to itself and its ancestors only (a 4D (rows, 1, N, N) additive mask), and its position id is its
-  depth in the trie, which is its position in every path through it;
+- a token attends to itself and its ancestors only, and its position id is its depth in the trie, which is its
+  position in every path through it. Two ways run that attention: eager (``chains``), a pass's packed rows end to
+  end without padding, each chain of a trie attending to its ancestors' keys and causally to its own
+  (`trace_rl.policy.segments.tree_forward`, an attention function registered with transformers); compiled, or for a
+  model whose attention function cannot be replaced (`segment_support`), the rows padded to the pass's longest
+  under a 4D (rows, 1, N, N) additive mask;
 
 so each token's hidden state is exactly the one it has in each unpacked path through it (the same tokens at the same
 positions under causal attention), and each path's log-probabilities are read at its own tokens' packed positions:
@@ -20,7 +24,8 @@ to it are equal: sharing is exact by construction, whatever the tree's bookkeepi
 
 Tree-aware trainers (TreeRL, TreePO, Tree-GRPO) save compute the same way. `tree_mask_support` checks that a model
 can take the mask (Hugging Face eager or sdpa attention, and a probe on two short paths); `trace_rl.train.update`
-falls back to the padded update, with one log line, for a model that cannot.
+falls back to the padded update, with one log line, for a model that cannot, and to the mask, with one log line,
+for a model that takes the mask but not the chains.
 """
 
 from __future__ import annotations
@@ -86,10 +91,12 @@ class PackedPass:
 
 
 ROW_TOKENS = 1024
-"""Default cap on a packed row's tokens. Attention over a packed row of N tokens is dense (N^2, masked), so a long
-row spends more on attention than sharing saves; with the tiny policy on CPU, capping rows at 1,024 tokens made the
-packed update 0.405x the padded one on a real `multistep` minibatch instead of 0.453x uncapped, and 0.88x instead of
-1.02x on synthetic trees with long replays (docs/benchmarks.md, tree-packed policy update)."""
+"""Default cap on a packed row's tokens. Under the dense ancestry mask attention over a packed row of N tokens is
+N^2, so a long row spends more on attention than sharing saves; with the tiny policy on CPU, capping rows at 1,024
+tokens made the packed update 0.405x the padded one on a real `multistep` minibatch instead of 0.453x uncapped, and
+0.88x instead of 1.02x on synthetic trees with long replays (docs/benchmarks.md, tree-packed policy update). Measured
+with the mask; the padding-free chains (the eager default since) attend per chain, so for them the cap mainly
+splits sharing, and it has not been re-measured there."""
 
 
 def plan_packed_passes(

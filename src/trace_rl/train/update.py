@@ -16,11 +16,13 @@ Optimisation is equal across methods: ``minibatches`` optimizer steps per epoch 
 (paths split evenly in a random order), so a method that keeps more paths does not also get more optimizer steps.
 
 The forward passes are tree-packed by default (``packing="tree"``, `trace_rl.train.packing`): the paths of one
-prompt in a minibatch go through the model as one packed row in which every distinct prefix appears once, with a
-mask that lets a token see only its own ancestry and position ids that restart per path, so each path's
+prompt in a minibatch go through the model as one packed row in which every distinct prefix appears once, with
+attention that lets a token see only its own ancestry (eager: the rows end to end without padding, along each
+trie's chains; compiled: a dense ancestry mask) and position ids that restart per path, so each path's
 log-probabilities, and therefore the loss and its gradient, are those of the padded update (``packing="none"``: one
 row per path, padded to the longest of its pass) up to floating-point rounding. A model whose attention cannot take
-such a mask (`trace_rl.train.packing.tree_mask_support`) gets the padded update, with one log line.
+such a mask (`trace_rl.train.packing.tree_mask_support`) gets the padded update, and one that takes the mask but
+not the chains (`segment_support`) the mask, each with one log line.
 """
 
 from __future__ import annotations
