@@ -37,6 +37,13 @@ the eager default since), and prints ``mask_s``, ``chains_s`` (wall medians over
 ``cpu_ratio`` (chains / mask), ``tokens_computed`` of both and ``max_rel_weight_err`` (chains against mask).
 
     python benchmarks/tree_packing.py --compare chains --repeats 3
+
+``--compare row_tokens`` times the eager (chains) packed update with its packed rows capped at
+`trace_rl.train.packing.ROW_TOKENS` (the default, chosen under the dense mask) against the caps of
+``--row-tokens`` (default 0 = no cap but ``micro_tokens``, and 2048), alternating, and prints per cap ``wall_s``
+(medians), ``wall_ratio`` and ``cpu_ratio`` against the default cap, ``tokens_computed`` and ``max_rel_weight_err``.
+
+    python benchmarks/tree_packing.py --compare row_tokens --repeats 3
 """
 
 from __future__ import annotations
@@ -183,37 +190,51 @@ def compare_compile(model: Any, start: dict[str, Any], trees: list[Any], args: a
     )
 
 
-def compare_chains(model: Any, start: dict[str, Any], trees: list[Any], args: argparse.Namespace) -> None:
-    """``--compare chains``: the eager packed update with the dense mask against the padding-free chains,
-    alternating, same start weights (the mask way by answering `segment_support` False)."""
+def alternate(
+    model: Any, start: dict[str, Any], trees: list[Any], repeats: int, ways: dict[str, dict[str, Any]]
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, float], dict[str, list[Any]]]:
+    """Run the eager tree-packed update once per way per repeat, alternating, from the same start weights; a way
+    is the attributes of `trace_rl.train.update` it replaces for its run (restored after). Returns the wall and
+    CPU seconds of every run, each way's ``forward_tokens`` and weights after its last run."""
     import torch
 
     import trace_rl.train.update as update
     from trace_rl.train.update import UpdateSettings, policy_update
 
     settings = UpdateSettings(estimator="treerpo", minibatches=2, micro_tokens=4096, packing="tree")
-    real = update.segment_support
-    wall: dict[str, list[float]] = {"mask": [], "chains": []}
-    cpu: dict[str, list[float]] = {"mask": [], "chains": []}
+    wall: dict[str, list[float]] = {name: [] for name in ways}
+    cpu: dict[str, list[float]] = {name: [] for name in ways}
     tokens: dict[str, float] = {}
     weights: dict[str, list[Any]] = {}
-    try:
-        for _ in range(args.repeats):
-            for name in ("mask", "chains"):
-                update.segment_support = real if name == "chains" else (lambda _model: False)
+    for _ in range(repeats):
+        for name, patches in ways.items():
+            saved = {attr: getattr(update, attr) for attr in patches}
+            try:
+                for attr, value in patches.items():
+                    setattr(update, attr, value)
                 model.load_state_dict(start)
                 opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95))
                 t0, c0 = time.perf_counter(), time.process_time()
                 stats = policy_update(model, opt, trees, settings, pad_id=0, rng=np.random.default_rng(0))
                 wall[name].append(time.perf_counter() - t0)
                 cpu[name].append(time.process_time() - c0)
-                tokens[name] = stats["forward_tokens"]
-                weights[name] = [p.detach().clone() for p in model.parameters()]
-    finally:
-        update.segment_support = real
-    err = max(
-        float((a - b).norm() / b.norm()) for a, b in zip(weights["chains"], weights["mask"], strict=True)
-    )
+            finally:
+                for attr, value in saved.items():
+                    setattr(update, attr, value)
+            tokens[name] = stats["forward_tokens"]
+            weights[name] = [p.detach().clone() for p in model.parameters()]
+    return wall, cpu, tokens, weights
+
+
+def _weight_err(a: list[Any], b: list[Any]) -> float:
+    return max(float((x - y).norm() / y.norm()) for x, y in zip(a, b, strict=True))
+
+
+def compare_chains(model: Any, start: dict[str, Any], trees: list[Any], args: argparse.Namespace) -> None:
+    """``--compare chains``: the eager packed update with the dense mask against the padding-free chains,
+    alternating, same start weights (the mask way by answering `segment_support` False)."""
+    ways: dict[str, dict[str, Any]] = {"mask": {"segment_support": lambda _model: False}, "chains": {}}
+    wall, cpu, tokens, weights = alternate(model, start, trees, args.repeats, ways)
     med = {name: statistics.median(v) for name, v in wall.items()}
     med_cpu = {name: statistics.median(v) for name, v in cpu.items()}
     print(
@@ -229,7 +250,39 @@ def compare_chains(model: Any, start: dict[str, Any], trees: list[Any], args: ar
                 "chains_s": med["chains"],
                 "wall_ratio": med["chains"] / med["mask"],
                 "cpu_ratio": med_cpu["chains"] / med_cpu["mask"],
-                "max_rel_weight_err": err,
+                "max_rel_weight_err": _weight_err(weights["chains"], weights["mask"]),
+            }
+        )
+    )
+
+
+def compare_row_tokens(model: Any, start: dict[str, Any], trees: list[Any], args: argparse.Namespace) -> None:
+    """``--compare row_tokens``: the eager (chains) packed update with packed rows capped at the library's
+    `ROW_TOKENS` against rows capped at each of ``--row-tokens`` (0: no cap but ``micro_tokens``), alternating."""
+    import functools
+
+    from trace_rl.train.packing import ROW_TOKENS, plan_packed_passes
+
+    ways: dict[str, dict[str, Any]] = {str(ROW_TOKENS): {}}
+    for cap in args.row_tokens:
+        ways[str(cap)] = {"plan_packed_passes": functools.partial(plan_packed_passes, row_tokens=cap)}
+    wall, cpu, tokens, weights = alternate(model, start, trees, args.repeats, ways)
+    base = str(ROW_TOKENS)
+    med = {name: statistics.median(v) for name, v in wall.items()}
+    med_cpu = {name: statistics.median(v) for name, v in cpu.items()}
+    print(
+        json.dumps(
+            {
+                "compare": "row_tokens",
+                "trees": "synthetic" if args.synthetic else str(args.trees.relative_to(ROOT)),
+                "paths": sum(t.num_leaves for t in trees),
+                "threads": args.threads,
+                "repeats": args.repeats,
+                "tokens_computed": tokens,
+                "wall_s": med,
+                "wall_ratio": {name: med[name] / med[base] for name in med},
+                "cpu_ratio": {name: med_cpu[name] / med_cpu[base] for name in med},
+                "max_rel_weight_err": {name: _weight_err(weights[name], weights[base]) for name in med},
             }
         )
     )
@@ -252,7 +305,10 @@ def main() -> None:
     ap.add_argument("--policy", default=str(WARM_START) if WARM_START.exists() else "tiny")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--compare", choices=("packing", "compile", "chains"), default="packing")
+    ap.add_argument("--compare", choices=("packing", "compile", "chains", "row_tokens"), default="packing")
+    ap.add_argument(
+        "--row-tokens", type=int, nargs="+", default=[0, 2048], help="--compare row_tokens: the caps to time"
+    )
     args = ap.parse_args()
 
     import torch
@@ -271,6 +327,9 @@ def main() -> None:
         return
     if args.compare == "chains":
         compare_chains(policy.model, start, trees, args)
+        return
+    if args.compare == "row_tokens":
+        compare_row_tokens(policy.model, start, trees, args)
         return
     settings = {
         p: UpdateSettings(estimator="treerpo", minibatches=2, micro_tokens=4096, packing=p)

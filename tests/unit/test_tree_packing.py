@@ -21,6 +21,8 @@ torch = pytest.importorskip("torch")
 from tests.unit.model_fakes import IgnoresMasks, KeepsItsAttention  # noqa: E402
 from trace_rl.advantages.losses import LOSS_AGGS  # noqa: E402
 from trace_rl.train.packing import (  # noqa: E402
+    CHAIN_ROW_TOKENS,
+    ROW_TOKENS,
     pack_sequences,
     packed_logprobs,
     plan_packed_passes,
@@ -28,6 +30,7 @@ from trace_rl.train.packing import (  # noqa: E402
 )
 from trace_rl.train.update import (  # noqa: E402
     UpdateSettings,
+    forward_passes,
     has_signal,
     path_rows,
     policy_update,
@@ -81,6 +84,22 @@ def replay_trees(seed: int = 0) -> list[RolloutTree]:
         tree.add_replay(2, [copy.deepcopy(t) for t in copied], reward=rewards[0])
         trees.append(tree)
     return trees
+
+
+def test_the_chains_rows_are_capped_at_their_own_limit() -> None:
+    """The padding-free rows (chains) share a prompt's trie up to `CHAIN_ROW_TOKENS`, the dense-mask rows split it at
+    `ROW_TOKENS` (its N^2 attention); both pass every path once."""
+    rng = np.random.default_rng(0)
+    tree = RolloutTree.new(prompt_ids=rng.integers(3, 500, 300).astype(np.int64))
+    for _ in range(4):  # a trie of 300 + 4 x 300 = 1,500 tokens: above ROW_TOKENS, within CHAIN_ROW_TOKENS
+        tree.add_rollout([turn(rng, 200, 100)], reward=float(rng.integers(2)))
+    rows = path_rows([tree], UpdateSettings())
+    assert ROW_TOKENS < 1500 <= CHAIN_ROW_TOKENS
+    settings = UpdateSettings(micro_tokens=0)
+    for chains, n_rows in ((True, 1), (False, 2)):
+        passes = forward_passes(rows, settings, packed=True, chains=chains)
+        assert sum(len(packed_rows or []) for _, packed_rows, *_ in passes) == n_rows
+        assert sorted(id(r) for group, *_ in passes for r in group) == sorted(id(r) for r in rows)
 
 
 def _double(model: torch.nn.Module) -> torch.nn.Module:
@@ -274,7 +293,7 @@ def test_the_eager_packed_update_runs_without_padding_and_falls_back_to_the_mask
     trees = replay_trees()
     settings = UpdateSettings(estimator="treerpo", minibatches=1, micro_tokens=0)
     rows = [r for r in path_rows(trees, settings) if has_signal(r)]  # the rows the update forwards
-    (plan,) = plan_packed_passes(rows, 0)
+    (plan,) = plan_packed_passes(rows, 0, CHAIN_ROW_TOKENS)
     w_chain, s_chain = _step(_double(tiny_policy.model), trees, settings, None, "sgd")
     assert chained == [len(plan.rows)] and s_chain["forward_tokens"] == plan.row_tokens < plan.tokens
     chained.clear()

@@ -52,6 +52,7 @@ from trace_rl.policy.segments import segment_support_issue, tree_forward
 from trace_rl.train.logprobs import upcast
 
 __all__ = [
+    "CHAIN_ROW_TOKENS",
     "MASK_ATTENTION",
     "ROW_TOKENS",
     "PackedPass",
@@ -95,8 +96,16 @@ ROW_TOKENS = 1024
 N^2, so a long row spends more on attention than sharing saves; with the tiny policy on CPU, capping rows at 1,024
 tokens made the packed update 0.405x the padded one on a real `multistep` minibatch instead of 0.453x uncapped, and
 0.88x instead of 1.02x on synthetic trees with long replays (docs/benchmarks.md, tree-packed policy update). Measured
-with the mask; the padding-free chains (the eager default since) attend per chain, so for them the cap mainly
-splits sharing, and it has not been re-measured there."""
+with the mask; the padding-free chains attend per chain, so for them the cap mainly splits sharing:
+`CHAIN_ROW_TOKENS`."""
+
+CHAIN_ROW_TOKENS = 2048
+"""Cap on a packed row's tokens when the rows run without padding along the tries' chains (the eager update,
+`trace_rl.policy.segments.tree_forward`): attention is per chain, not over the row's square, so a longer row only
+shares more. On the saved trees of a real `multistep` step (tiny policy, one thread, eager) 2,048 took 0.931 of the
+update time at 1,024 (18,985 against 20,422 tokens computed; no cap but ``micro_tokens`` 0.929), and 0.877 on the
+synthetic trees with long replays (no cap 0.903): `benchmarks/tree_packing.py --compare row_tokens`
+(docs/benchmarks.md)."""
 
 
 def plan_packed_passes(

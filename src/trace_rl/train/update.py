@@ -38,7 +38,14 @@ from trace_rl.advantages import grpo_advantages, token_advantages, tree_grpo_adv
 from trace_rl.advantages.tokens import PathTokens
 from trace_rl.policy.compiled import compile_failure, compiled, strict
 from trace_rl.train.logprobs import sequence_logprobs
-from trace_rl.train.packing import packed_logprobs, plan_packed_passes, segment_support, tree_mask_support
+from trace_rl.train.packing import (
+    CHAIN_ROW_TOKENS,
+    ROW_TOKENS,
+    packed_logprobs,
+    plan_packed_passes,
+    segment_support,
+    tree_mask_support,
+)
 from trace_rl.tree import REWARD_ATOL, RolloutTree
 
 ESTIMATORS: dict[str, Callable[..., np.ndarray]] = {
@@ -200,8 +207,9 @@ def forward_passes(
     """The forward passes of a minibatch: (paths, packed rows or None, loss scale, token share, computed tokens).
 
     ``packed``: passes of `trace_rl.train.packing.plan_packed_passes` (packed rows of one prompt each, given as
-    lists of indices into the pass's paths; computed tokens = packed rows x longest packed row, or with ``chains``,
-    the rows run end to end without padding, the rows' own tokens); otherwise those of
+    lists of indices into the pass's paths, rows of at most `ROW_TOKENS` tokens; computed tokens = packed rows x
+    longest packed row, or with ``chains``, the rows run end to end without padding, rows of at most
+    `CHAIN_ROW_TOKENS`, the rows' own tokens); otherwise those of
     `micro_batches` (None; computed tokens = rows x longest row). Scale and share as in `micro_batches`, so both
     give the minibatch's loss and gradient.
     """
@@ -213,7 +221,7 @@ def forward_passes(
             )
         ]
     out: list[tuple[list[PathTokens], list[list[int]] | None, float, float, int]] = []
-    for p in plan_packed_passes(batch, settings.micro_tokens):
+    for p in plan_packed_passes(batch, settings.micro_tokens, CHAIN_ROW_TOKENS if chains else ROW_TOKENS):
         group = [batch[i] for i in p.paths]
         out.append(
             (
