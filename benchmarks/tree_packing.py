@@ -39,9 +39,10 @@ the eager default since), and prints ``mask_s``, ``chains_s`` (wall medians over
     python benchmarks/tree_packing.py --compare chains --repeats 3
 
 ``--compare row_tokens`` times the eager (chains) packed update with its packed rows capped at
-`trace_rl.train.packing.ROW_TOKENS` (the default, chosen under the dense mask) against the caps of
-``--row-tokens`` (default 0 = no cap but ``micro_tokens``, and 2048), alternating, and prints per cap ``wall_s``
-(medians), ``wall_ratio`` and ``cpu_ratio`` against the default cap, ``tokens_computed`` and ``max_rel_weight_err``.
+`trace_rl.train.packing.ROW_TOKENS` (1,024: the dense mask's cap, and the chains' before 2026-12-07) against the caps
+of ``--row-tokens`` (default 0 = no cap but ``micro_tokens``, and 2048, the chains' cap `CHAIN_ROW_TOKENS` since),
+alternating, and prints per cap ``wall_s`` (medians), ``wall_ratio`` and ``cpu_ratio`` against the 1,024 cap,
+``tokens_computed`` and ``max_rel_weight_err``.
 
     python benchmarks/tree_packing.py --compare row_tokens --repeats 3
 """
@@ -166,19 +167,14 @@ def compare_compile(model: Any, start: dict[str, Any], trees: list[Any], args: a
             wall[name].append(time.perf_counter() - t0)
             cpu[name].append(time.process_time() - c0)
             weights[name] = [p.detach().clone() for p in model.parameters()]
-    err = max(
-        float((a - b).norm() / b.norm()) for a, b in zip(weights["compiled"], weights["eager"], strict=True)
-    )
+    err = _weight_err(weights["compiled"], weights["eager"])
     med = {name: statistics.median(v[1:]) for name, v in wall.items()}
     med_cpu = {name: statistics.median(v[1:]) for name, v in cpu.items()}
     print(
         json.dumps(
             {
                 "compare": "compile",
-                "trees": "synthetic" if args.synthetic else str(args.trees.relative_to(ROOT)),
-                "paths": sum(t.num_leaves for t in trees),
-                "threads": args.threads,
-                "repeats": args.repeats,
+                **_setup(args, trees),
                 "eager_s": med["eager"],
                 "compiled_s": med["compiled"],
                 "wall_ratio": med["compiled"] / med["eager"],
@@ -227,7 +223,18 @@ def alternate(
 
 
 def _weight_err(a: list[Any], b: list[Any]) -> float:
+    """Max over parameter tensors of ||a - b|| / ||b||."""
     return max(float((x - y).norm() / y.norm()) for x, y in zip(a, b, strict=True))
+
+
+def _setup(args: argparse.Namespace, trees: list[Any]) -> dict[str, Any]:
+    """The JSON line's fields that say what was run: trees, paths, threads, repeats."""
+    return {
+        "trees": "synthetic" if args.synthetic else str(args.trees.relative_to(ROOT)),
+        "paths": sum(t.num_leaves for t in trees),
+        "threads": args.threads,
+        "repeats": args.repeats,
+    }
 
 
 def compare_chains(model: Any, start: dict[str, Any], trees: list[Any], args: argparse.Namespace) -> None:
@@ -241,10 +248,7 @@ def compare_chains(model: Any, start: dict[str, Any], trees: list[Any], args: ar
         json.dumps(
             {
                 "compare": "chains",
-                "trees": "synthetic" if args.synthetic else str(args.trees.relative_to(ROOT)),
-                "paths": sum(t.num_leaves for t in trees),
-                "threads": args.threads,
-                "repeats": args.repeats,
+                **_setup(args, trees),
                 "tokens_computed": tokens,
                 "mask_s": med["mask"],
                 "chains_s": med["chains"],
@@ -257,15 +261,12 @@ def compare_chains(model: Any, start: dict[str, Any], trees: list[Any], args: ar
 
 
 def compare_row_tokens(model: Any, start: dict[str, Any], trees: list[Any], args: argparse.Namespace) -> None:
-    """``--compare row_tokens``: the eager (chains) packed update with packed rows capped at the library's
-    `ROW_TOKENS` against rows capped at each of ``--row-tokens`` (0: no cap but ``micro_tokens``), alternating."""
-    import functools
+    """``--compare row_tokens``: the eager (chains) packed update with its rows capped at `ROW_TOKENS` (the dense
+    mask's cap, the baseline) against each cap of ``--row-tokens`` (0: no cap but ``micro_tokens``), alternating;
+    a way sets the cap the update reads (`trace_rl.train.update.CHAIN_ROW_TOKENS`)."""
+    from trace_rl.train.packing import ROW_TOKENS
 
-    from trace_rl.train.packing import ROW_TOKENS, plan_packed_passes
-
-    ways: dict[str, dict[str, Any]] = {str(ROW_TOKENS): {}}
-    for cap in args.row_tokens:
-        ways[str(cap)] = {"plan_packed_passes": functools.partial(plan_packed_passes, row_tokens=cap)}
+    ways = {str(cap): {"CHAIN_ROW_TOKENS": cap} for cap in (ROW_TOKENS, *args.row_tokens)}
     wall, cpu, tokens, weights = alternate(model, start, trees, args.repeats, ways)
     base = str(ROW_TOKENS)
     med = {name: statistics.median(v) for name, v in wall.items()}
@@ -274,10 +275,7 @@ def compare_row_tokens(model: Any, start: dict[str, Any], trees: list[Any], args
         json.dumps(
             {
                 "compare": "row_tokens",
-                "trees": "synthetic" if args.synthetic else str(args.trees.relative_to(ROOT)),
-                "paths": sum(t.num_leaves for t in trees),
-                "threads": args.threads,
-                "repeats": args.repeats,
+                **_setup(args, trees),
                 "tokens_computed": tokens,
                 "wall_s": med,
                 "wall_ratio": {name: med[name] / med[base] for name in med},
@@ -352,18 +350,13 @@ def main() -> None:
             weights[packing] = [p.detach().clone() for p in policy.model.parameters()]
     policy.model.load_state_dict(start)
     rel, absolute = logprob_errors(policy.model, trees, settings["tree"])
-    weight_err = max(
-        float((a - b).norm() / b.norm()) for a, b in zip(weights["tree"], weights["none"], strict=True)
-    )
+    weight_err = _weight_err(weights["tree"], weights["none"])
     padded, packed = statistics.median(seconds["none"]), statistics.median(seconds["tree"])
     print(
         json.dumps(
             {
-                "trees": "synthetic" if args.synthetic else str(args.trees.relative_to(ROOT)),
+                **_setup(args, trees),
                 "policy": _relative(args.policy),
-                "paths": sum(t.num_leaves for t in trees),
-                "threads": args.threads,
-                "repeats": args.repeats,
                 "tokens_computed": {"padded": tokens["none"], "packed": tokens["tree"]},
                 "tokens_ratio": tokens["tree"] / tokens["none"],
                 "padded_s": padded,
