@@ -19,8 +19,10 @@ start's probe rollouts charged to the run (0 for a method that does not read the
 
 Before anything is computed the runs are checked against their config.json (`trace_rl.train.provenance`): every
 run must be finished (`trace_rl.train.rundir.log_finished`; ``--allow-partial`` includes unfinished ones, named),
-the runs of one seed must have started from one warm start (their recorded ``warm_start_hash``), and all runs must
-share the task data and evaluation keys (`trace_rl.train.compare.SHARED_KEYS`). A refusal is one line naming the
+the runs of one seed must have started from one warm start (their recorded ``warm_start_hash``), every run must have
+run the code its baseline run of the same seed ran, on a clean tree (``provenance.code_commit`` and
+``code_dirty``, the commits that resumed it included; ``--allow-mixed-commits`` pairs them anyway and prints each
+run's commits), and all runs must share the task data and evaluation keys (`trace_rl.train.compare.SHARED_KEYS`). A refusal is one line naming the
 runs, exit status 2. Runs whose config.json predates provenance (no ``provenance`` block, e.g. results/c22 and
 c23) have an unknown commit and warm start: they are named on stderr and not refused for it. Exit status 2 also
 when a named run has no log.
@@ -83,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         help="include unfinished runs (named on stderr) instead of refusing; their finals are not comparable",
     )
     p.add_argument(
+        "--allow-mixed-commits",
+        action="store_true",
+        help="pair runs made on different code commits or on a dirty tree (refused by default); prints each run's "
+        "commit",
+    )
+    p.add_argument(
         "--prefix-stats",
         action="store_true",
         help="also the prefix stage's numbers: mixed sibling groups, flips per replay and per token, by depth",
@@ -132,7 +140,13 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError as exc:
                 print(exc, file=sys.stderr)
                 return 2
-    refusal = check_runs(logs, configs, allow_partial=args.allow_partial)
+    refusal = check_runs(
+        logs,
+        configs,
+        allow_partial=args.allow_partial,
+        baseline=args.baseline,
+        allow_mixed_commits=args.allow_mixed_commits,
+    )
     if refusal:
         print(refusal, file=sys.stderr)
         return 2
@@ -234,11 +248,38 @@ def check_runs(
     configs: dict[tuple[str, int], dict | None],
     *,
     allow_partial: bool,
+    baseline: str | None = None,
+    allow_mixed_commits: bool = False,
 ) -> str | None:
     """The one-line refusal for runs that must not be paired (unfinished ones unless ``allow_partial``, runs of
-    one seed from different warm starts, shared keys that differ), or None; notes on stderr for what is
-    unknown (runs without a config or without provenance) and for the unfinished runs allowed in."""
+    one seed from different warm starts, a run paired with ``baseline``'s run of its seed that ran other code or
+    on a dirty tree unless ``allow_mixed_commits``, shared keys that differ), or None; notes on stderr for what is
+    unknown (runs without a config or without provenance), for the unfinished runs allowed in, and every run's
+    commits when mixed commits are allowed."""
     name = {key: f"{key[0]}/seed_{key[1]}" for key in logs}
+    commits = {k: run_commits(c) for k, c in configs.items() if c is not None and PROVENANCE_KEY in c}
+    mixed = [
+        (k, (baseline, k[1]))
+        for k in commits
+        if baseline is not None
+        and k[0] != baseline
+        and (baseline, k[1]) in commits
+        and (
+            commits[k] != commits[baseline, k[1]]
+            or "dirty" in commits[k]
+            or "dirty" in commits[baseline, k[1]]
+        )
+    ]
+    if mixed and not allow_mixed_commits:
+        run, base = mixed[0]
+        return (
+            f"{name[run]} ({_commits_text(commits[run])}) and {name[base]} ({_commits_text(commits[base])}) ran "
+            f"different code or a dirty tree: a comparison pairs runs of one commit on a clean tree "
+            f"({len(mixed)} such pairing(s)); rerun them on one commit, or pass --allow-mixed-commits"
+        )
+    if allow_mixed_commits and commits:
+        for k in sorted(commits):
+            print(f"note: {name[k]} ran on {_commits_text(commits[k])}", file=sys.stderr)
     unknown_config = [name[k] for k, c in configs.items() if c is None]
     if unknown_config:
         print(
@@ -275,6 +316,28 @@ def check_runs(
     if diffs:
         return f"runs differ in what paired runs share: {diffs[0]}"
     return None
+
+
+def run_commits(config: dict) -> tuple[str, ...]:
+    """The code a run ran on, from its config.json's provenance: its commit, then every commit that resumed it
+    (``resumed_code_commits``), each short hash once in order, and "dirty" when any of them had a dirty tree
+    (unknown commits read "unknown")."""
+    block = config.get(PROVENANCE_KEY)
+    block = block if isinstance(block, dict) else {}
+    parts = [{"code_commit": block.get("code_commit"), "code_dirty": block.get("code_dirty")}]
+    parts += [r for r in block.get("resumed_code_commits") or [] if isinstance(r, dict)]
+    out: list[str] = []
+    for part in parts:
+        commit = str(part.get("code_commit") or "unknown")[:7]
+        if commit not in out:
+            out.append(commit)
+    if any(part.get("code_dirty") for part in parts):
+        out.append("dirty")
+    return tuple(out)
+
+
+def _commits_text(commits: tuple[str, ...]) -> str:
+    return "code " + "+".join(c for c in commits if c != "dirty") + (", dirty" if "dirty" in commits else "")
 
 
 def _boot(columns: dict[str, dict[str, list[float]]], label: str, baseline: str, n: str) -> str:

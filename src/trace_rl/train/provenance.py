@@ -190,5 +190,5 @@ def provenance_of(data: dict[str, Any]) -> dict[str, Any]:
     block = block if isinstance(block, dict) else {}
     return {
         key: block.get(key)
-        for key in ("code_commit", "code_dirty", "warm_start_hash", "warm_start", "probe_charge")
+        for key in ("code_commit", "code_dirty", "warm_start_hash", "warm_start", "probe_charge", "resolved")
     }

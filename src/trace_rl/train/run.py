@@ -199,7 +199,10 @@ class Trainer:
         run keeps the block it started with (its warm start and probe charge) and lists the code commits that
         continued it under ``resumed_code_commits``."""
         path = self.out / "config.json"
-        block = run_provenance(self.cfg, self.out, probe_charge=self.probe_charge)
+        block = {
+            **run_provenance(self.cfg, self.out, probe_charge=self.probe_charge),
+            "resolved": self._resolved(),
+        }
         if self.resume and path.exists():
             try:
                 old = json.loads(path.read_text()).get(PROVENANCE_KEY)
@@ -210,6 +213,25 @@ class Trainer:
                 resumed.append({"code_commit": block["code_commit"], "code_dirty": block["code_dirty"]})
                 block = {**old, "resumed_code_commits": resumed}
         path.write_text(json.dumps({**self.cfg.to_dict(), PROVENANCE_KEY: block}, indent=2))
+
+    def _resolved(self) -> dict[str, Any]:
+        """What this run resolved from the config's "auto" and 0-means-default values (issue 58: a comparison must
+        say which estimator each method trained with): the policy update's settings (``optim.estimator`` "auto"
+        resolved, Dr. GRPO's constant L), the device, torch's threads, the root strategy actually used before
+        the predictor is warm, and dapo's draw cap."""
+        import dataclasses
+
+        import torch
+
+        from trace_rl.train.prefixes import effective_method
+
+        return {
+            "update": dataclasses.asdict(self.settings),
+            "device": self.device,
+            "threads": torch.get_num_threads(),
+            "cold_start_method": effective_method(self.method, False).name,
+            "max_num_gen_batches": self.parts.max_gen_batches,
+        }
 
     def _reference_model(self, ckpt: Path | None) -> Any:
         """The frozen reference policy of ``optim.kl_coef``'s k3 penalty: the policy RL starts from (after the warm

@@ -42,6 +42,7 @@ from trace_rl.predictor.serialize import serialize_anchor
 from trace_rl.rollout.expansion import PromptResult, ReplayAllocator, roots_mixed
 from trace_rl.rollout.scheduler import run_plan
 from trace_rl.train.prefixes import anchor_values, effective_method, prefix_budget, replay_allocator
+from trace_rl.train.selection import selection_fields
 from trace_rl.tree import RolloutTree
 from trace_rl.types import RootPlan, Task
 
@@ -286,6 +287,7 @@ def training_step(
         "time_update_s": parts.timers.get("update", 0.0),
     }
     record.update(replay_flips(generated))
+    record.update(selection_fields(pool, v, generated))  # predictor ranking and selection drift (issue 58)
     record["predictor_share"] = record["time_predictor_s"] / wall if wall > 0 else 0.0
     record.update(_predictor_fields(pred_metrics))
     record["predictor_warm"] = float(
