@@ -50,7 +50,10 @@ def test_every_method_spends_the_equal_budget(name) -> None:
     plan = method.roots(v, SHAPE, rng)
     assert plan.num_active <= SHAPE.batch_size
     spent = SHAPE.spent(plan.root_rollouts, plan.replay_budget.sum())
-    if method.has_replays:
+    if method.adaptive:  # the paper's split or the whole budget on roots, decided per step
+        assert plan.root_rollouts in (SHAPE.roots, SHAPE.flat_rollouts)
+        assert spent == pytest.approx(SHAPE.total)
+    elif method.has_replays:
         assert plan.root_rollouts == SHAPE.roots
         assert spent == pytest.approx(SHAPE.total)
     else:

@@ -1,5 +1,13 @@
 """TRACE allocation: objectives, exact solvers, budget accounting and per-method strategies (pure numpy)."""
 
+from trace_rl.allocation.adaptive import (
+    AdaptiveState,
+    adaptive_roots,
+    allocate_table,
+    contrastive_value,
+    expected_mixed_probability,
+    fit_concentration,
+)
 from trace_rl.allocation.budget import (
     UNITS_PER_ROLLOUT,
     BudgetShape,
@@ -29,6 +37,7 @@ from trace_rl.allocation.strategies import (
     apportion,
     branpo_prefixes,
     branpo_tiers,
+    adaptive_roots_once,
     contrast_prefixes,
     get_method,
     grpo_roots,
@@ -45,6 +54,12 @@ from trace_rl.allocation.strategies import (
 )
 
 __all__ = [
+    "AdaptiveState",
+    "adaptive_roots",
+    "allocate_table",
+    "contrastive_value",
+    "expected_mixed_probability",
+    "fit_concentration",
     "METHODS",
     "PREFIX_OBJECTIVES",
     "SIBLING_WEIGHT",
@@ -61,6 +76,7 @@ __all__ = [
     "apportion",
     "branpo_prefixes",
     "branpo_tiers",
+    "adaptive_roots_once",
     "contrast_prefixes",
     "contrast_value",
     "flip_probability",

@@ -20,6 +20,7 @@ on more distinct prompts per step than the flat baselines' batch size.
 | trace             | `allocate_roots` (max_active = batch)   | `allocate_prefixes`              | Zou et al. 2026 |
 | trace_root_only   | `allocate_roots`                        | uniformly random anchors         | TRACE ablation |
 | trace_prefix_only | random batch of M/n, n each             | `allocate_prefixes`              | TRACE ablation |
+| trace_adaptive    | exact solve of the expected contrastive value (m-1) E[P_mix] under the predictor's measured uncertainty, a coverage floor of uniform prompts, all-roots when replays do not pay | `allocate_prefixes` on steps with replays | ours (issue 58; `trace_rl.allocation.adaptive`, docs/allocation.md) |
 | trace_fresh       | `allocate_roots`                        | `allocate_prefixes` over the turn prefixes AND the prompt (depth-0 anchor: a fresh rollout, cost 1) | ours (docs/allocation.md) |
 | dapo              | random batches of n each, drawn until batch_size mixed groups or a cap of draws; unmixed groups dropped | none | Yu et al. 2025 (DAPO, Sec. 3.2); verl's recipe |
 | branpo            | random batch of M/n, n each             | the last 1-2 turn prefixes of each rollout, by BranPO's accuracy tiers, scaled to the budget | Zhao et al. 2026 (BranPO, arXiv 2602.03719); docs/allocation.md |
@@ -40,6 +41,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from trace_rl.allocation.adaptive import AdaptiveState, adaptive_roots
 from trace_rl.allocation.budget import BudgetShape
 from trace_rl.allocation.contrast import allocate_contrast
 from trace_rl.allocation.knapsack import knapsack_dp
@@ -123,6 +125,13 @@ def trace_roots(v: FloatArray, shape: BudgetShape, rng: np.random.Generator) -> 
         max_active=shape.batch_size,
     )
     return _plan(probs.shape[0], np.arange(probs.shape[0], dtype=np.int64), m, shape, "trace", replays=True)
+
+
+def adaptive_roots_once(v: FloatArray, shape: BudgetShape, rng: np.random.Generator) -> RootPlan:
+    """`trace_adaptive`'s root allocation from the prior state (no outcomes measured yet: kappa =
+    `PRIOR_CONCENTRATION`, flip rate `PRIOR_FLIP_RATE`), default coverage and GRPO's normalisation; the trainer
+    calls `adaptive_roots` with the run's `AdaptiveState` instead."""
+    return adaptive_roots(v, shape, rng, AdaptiveState())
 
 
 # ---------------------------------------------------------------------------------------- prefix strategies
@@ -469,6 +478,10 @@ class Method:
     # tail branching (branpo): replays decided from where anchors lie on their rollouts instead of from q; the
     # step builds the `TailAnchors` of each prompt and calls this instead of ``prefixes``
     tail_prefixes: TailStrategy | None = None
+    # trace_adaptive: the root strategy reads what the run measured on earlier steps (an `AdaptiveState` the
+    # trainer owns and checkpoints, `trace_rl.allocation.adaptive.adaptive_roots`); ``roots`` is its one-step form
+    # from the prior state, for callers without a run (the lab's single steps)
+    adaptive: bool = False
 
     @property
     def has_replays(self) -> bool:
@@ -486,6 +499,7 @@ METHODS: dict[str, Method] = {
         Method("trace_root_only", trace_roots, random_prefixes, uses_predictor=True),
         Method("trace_prefix_only", uniform_tree_roots, trace_prefixes, uses_predictor=True),
         Method("trace_fresh", trace_roots, trace_prefixes, uses_predictor=True, fresh=True),
+        Method("trace_adaptive", adaptive_roots_once, trace_prefixes, uses_predictor=True, adaptive=True),
         Method("dapo", grpo_roots, no_prefixes, uses_predictor=False, dynamic_sampling=True),
         Method(
             "branpo", uniform_tree_roots, no_prefixes, uses_predictor=False, tail_prefixes=branpo_prefixes

@@ -197,11 +197,13 @@ def save_checkpoint(
     update_rng: Any = None,
     budget_spent: float = 0.0,
     finished: bool = False,
+    adaptive: Any = None,
 ) -> Path:
     """Atomically write checkpoints/step_<step>/ (write to a temporary folder, then rename); keeps the newest
     ``KEEP_CHECKPOINTS``. ``cursor`` is the run's `DataCursor`, ``rng`` its numpy Generator of prompt sampling and
     allocation, ``update_rng`` that of the policy update's minibatch order, ``budget_spent`` the
-    rollout-equivalents of the steps done, ``finished`` marks the run's last step (`finished_run`)."""
+    rollout-equivalents of the steps done, ``finished`` marks the run's last step (`finished_run`), ``adaptive``
+    is `trace_adaptive`'s `AdaptiveState` (None for the other methods)."""
     import torch
 
     root = out / "checkpoints"
@@ -214,7 +216,11 @@ def save_checkpoint(
     policy.save(tmp / "policy")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(
-        {"predictor": predictor.state_dict(), "online": online.state_dict()},
+        {
+            "predictor": predictor.state_dict(),
+            "online": online.state_dict(),
+            **({"adaptive": adaptive.state_dict()} if adaptive is not None else {}),
+        },
         tmp / "predictor.pt",
     )
     torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
@@ -246,10 +252,14 @@ def load_checkpoint(
     cursor: Any,
     rng: Any,
     update_rng: Any = None,
+    adaptive: Any = None,
 ) -> dict[str, Any]:
     """Restore a `save_checkpoint` folder into the run's parts (the policy is loaded from ckpt/policy by the
     caller) and drop the records of later steps from out/metrics.jsonl (they are redone). Returns the
-    checkpoint's state.json (``step``, ``budget_spent``, ``finished``, ...)."""
+    checkpoint's state.json (``step``, ``budget_spent``, ``finished``, ...).
+
+    Raises:
+        ValueError: ``adaptive`` is given (a trace_adaptive run) and the checkpoint holds no state for it."""
     import torch
 
     state: dict[str, Any] = json.loads((ckpt / "state.json").read_text())
@@ -258,6 +268,12 @@ def load_checkpoint(
     optimizer.load_state_dict(optim_state)
     predictor.load_state_dict(pred["predictor"])
     online.load_state_dict(pred["online"])
+    if adaptive is not None:
+        if "adaptive" not in pred:
+            raise ValueError(
+                f"{ckpt} holds no trace_adaptive state: it was not written by a trace_adaptive run"
+            )
+        adaptive.load_state_dict(pred["adaptive"])
     torch.set_rng_state(rng_state["torch"])
     random.setstate(rng_state["python"])
     rng.bit_generator.state = state["numpy_rng"]

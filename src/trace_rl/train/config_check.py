@@ -72,6 +72,7 @@ def validate(cfg: TrainConfig) -> None:
         f"must be paper or token, got {cfg.budget.accounting!r}",
     )
     from trace_rl.allocation import PREFIX_OBJECTIVES, SIBLING_WEIGHT
+    from trace_rl.allocation.adaptive import COVERAGE
 
     need(
         cfg.budget.prefix_objective in PREFIX_OBJECTIVES,
@@ -96,6 +97,11 @@ def validate(cfg: TrainConfig) -> None:
         "budget.state_evidence",
         f"values the anchors of allocate_prefixes, which method {cfg.method} does not use "
         f"(methods that do: {', '.join(m for m in METHODS if _uses_allocate_prefixes(m))})",
+    )
+    need(
+        cfg.method == "trace_adaptive" or cfg.budget.coverage == COVERAGE,
+        "budget.coverage",
+        f"applies to method=trace_adaptive only (its coverage floor); method {cfg.method} cannot use it",
     )
     need(
         cfg.budget.prefix_objective == "contrast" or cfg.budget.sibling_weight == SIBLING_WEIGHT,
@@ -274,11 +280,14 @@ def budget_shape(cfg: TrainConfig) -> Any:
 
 
 def estimator_for(cfg: TrainConfig) -> str:
-    """Resolve optim.estimator="auto": grpo for flat methods, tree_grpo for bfcl, treerpo otherwise (paper)."""
+    """Resolve optim.estimator="auto": grpo for flat methods, tree_grpo for bfcl and for trace_adaptive (its
+    replays' sibling pairs keep a prompt-level term: docs/allocation.md), treerpo otherwise (paper)."""
     from trace_rl.allocation import get_method
 
     if cfg.optim.estimator != "auto":
         return cfg.optim.estimator
+    if get_method(cfg.method).adaptive:
+        return "tree_grpo"
     if not get_method(cfg.method).has_replays:
         return "grpo"
     return "tree_grpo" if cfg.env.name == "bfcl" else "treerpo"

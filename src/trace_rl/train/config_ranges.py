@@ -105,6 +105,7 @@ RANGES: dict[str, Range] = {
     "budget.max_rollouts": Range(2, note="or none for no cap"),
     "budget.max_num_gen_batches": Range(0, note="0 = the pool's limit"),
     "budget.sibling_weight": _NON_NEGATIVE,
+    "budget.coverage": Range(0, 1, note="share of active prompts drawn uniformly"),
     "optim.lr": _POSITIVE,
     "optim.clip": Range(0, 1, lo_open=True, hi_open=True),
     "optim.kl_coef": Range(0, note="0 = no KL penalty"),

@@ -67,7 +67,7 @@ class Trainer:
     def setup(self) -> None:
         import torch
 
-        from trace_rl.allocation import get_method
+        from trace_rl.allocation import AdaptiveState, get_method
         from trace_rl.envs import make_env
         from trace_rl.policy import load_policy
         from trace_rl.predictor import build_predictor
@@ -189,6 +189,9 @@ class Trainer:
             prefix_objective=cfg.budget.prefix_objective,
             sibling_weight=cfg.budget.sibling_weight,
             state_evidence=cfg.budget.state_evidence,
+            adaptive=AdaptiveState() if self.method.adaptive else None,
+            coverage=cfg.budget.coverage,
+            normalize_std=cfg.optim.normalize_std,
         )
         if ckpt is not None:
             self._load_checkpoint(ckpt)
@@ -342,6 +345,7 @@ class Trainer:
             update_rng=self.update_rng,
             budget_spent=self.budget_spent,
             finished=finished,
+            adaptive=self.parts.adaptive,
         )
 
     def _load_checkpoint(self, ckpt: Path) -> None:
@@ -354,6 +358,7 @@ class Trainer:
             cursor=self.cursor,
             rng=self.rng,
             update_rng=self.update_rng,
+            adaptive=self.parts.adaptive,
         )
         self.start_step = int(state["step"]) + 1
         self.budget_spent = float(state.get("budget_spent", 0.0))

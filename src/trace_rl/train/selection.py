@@ -14,21 +14,24 @@ more groups mixed; two measured suspects are a predictor that hardly ranks promp
   turns; absent where the environment has none). "Selected" = the prompts that got root rollouts (unweighted);
   "pool" = the step's whole candidate pool. A difference that persists over steps is selection drift.
 
-Pure functions of the step's pool, estimates and results; `trace_rl.train.step` adds them to the record.
+Pure functions of the step's pool, estimates and results; `trace_rl.train.step` adds them to the record. The
+same outcomes feed `trace_adaptive`'s state (`observe_adaptive`): the estimates its allocation used next to the
+root outcomes they met, and its replays' flips.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from trace_rl.allocation.adaptive import AdaptiveState
 from trace_rl.predictor.metrics import spearman
 from trace_rl.types import Task
 
-__all__ = ["MIN_RANKED_PROMPTS", "gold_turns_of", "selection_fields"]
+__all__ = ["MIN_RANKED_PROMPTS", "gold_turns_of", "observe_adaptive", "selection_fields"]
 
 MIN_RANKED_PROMPTS = 3
 """Fewest active prompts for which ``predictor_root_spearman`` is computed (NaN below)."""
@@ -100,3 +103,26 @@ def selection_fields(
         out["selected_gold_turns"] = mean_at(arr, chosen)
         out["pool_gold_turns"] = float(arr.mean())
     return out
+
+
+def observe_adaptive(
+    state: AdaptiveState,
+    pool: Sequence[Task],
+    v: Any,
+    generated: Sequence[Any],
+    record: Mapping[str, Any],
+    *,
+    estimates_used: bool,
+) -> None:
+    """Hand one step's outcomes to `trace_adaptive`'s state: each active prompt's estimate, root successes
+    (reward >= 1/2) and root count, and the step's replays with how many flipped (``replay_flips_depth_*``)."""
+    index = {t.id: i for i, t in enumerate(pool)}
+    rows = [r for r in generated if r.roots]
+    state.observe(
+        [float(v[index[r.task.id]]) for r in rows],
+        [sum(float(e.reward) >= 0.5 for e in r.roots) for r in rows],
+        [len(r.roots) for r in rows],
+        replays=int(record["replays"]),
+        flips=int(sum(x for k, x in record.items() if k.startswith("replay_flips_depth_"))),
+        estimates_used=estimates_used,
+    )

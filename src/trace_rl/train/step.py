@@ -27,6 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from trace_rl.allocation import SIBLING_WEIGHT, UNITS_PER_ROLLOUT, BudgetShape, Method, trace_prefixes
+from trace_rl.allocation.adaptive import COVERAGE, AdaptiveState, adaptive_roots
 from trace_rl.errors import DataError
 from trace_rl.metrics import (
     effective_ratio,
@@ -42,7 +43,7 @@ from trace_rl.predictor.serialize import serialize_anchor
 from trace_rl.rollout.expansion import PromptResult, ReplayAllocator, roots_mixed
 from trace_rl.rollout.scheduler import run_plan
 from trace_rl.train.prefixes import anchor_values, effective_method, prefix_budget, replay_allocator
-from trace_rl.train.selection import selection_fields
+from trace_rl.train.selection import observe_adaptive, selection_fields
 from trace_rl.tree import RolloutTree
 from trace_rl.types import RootPlan, Task
 
@@ -80,6 +81,9 @@ class StepParts:
         sibling_weight: the contrast objective's weight of the sibling terms (budget.sibling_weight).
         state_evidence: value the anchors of those methods by the predictor's posterior given the root rollouts
             in each anchor's environment state (budget.state_evidence; docs/predictor.md, group-aware predictor).
+        adaptive: `trace_adaptive`'s measurements of earlier steps (None for the other methods); coverage: its
+            share of uniformly drawn prompts (budget.coverage); normalize_std: its root value's normalisation
+            (optim.normalize_std).
     """
 
     backend: Any
@@ -97,6 +101,9 @@ class StepParts:
     prefix_objective: str = "paper"
     sibling_weight: float = SIBLING_WEIGHT
     state_evidence: bool = False
+    adaptive: AdaptiveState | None = None
+    coverage: float = COVERAGE
+    normalize_std: bool = True
     timers: dict[str, float] = field(default_factory=dict)
 
     def tick(self, key: str, seconds: float) -> None:
@@ -179,12 +186,19 @@ def training_step(
 
     # 2.-3. allocate roots, run them, then per-prompt prefix expansion as soon as that prompt's roots return
     draws = 1
+    adaptive_info: dict[str, float] = {}
     if used.dynamic_sampling:
         generated, results, draws = _dynamic_sampling(pool, used, shape, parts, rng, budget_left)
         plan_active = sum(len(r.roots) > 0 for r in generated)
     else:
         t0 = time.perf_counter()
-        plan: RootPlan = used.roots(v, shape, rng)
+        plan: RootPlan = (
+            adaptive_roots(
+                v, shape, rng, parts.adaptive, coverage=parts.coverage, normalize_std=parts.normalize_std
+            )
+            if used.adaptive and parts.adaptive is not None
+            else used.roots(v, shape, rng)
+        )
         # local budgets in the allocator's units: replays, or integer cost units (token accounting, fresh anchor)
         budgets = [
             prefix_budget(float(x), shape.replay_cost, method=used, accounting=parts.accounting)[0]
@@ -196,6 +210,7 @@ def training_step(
         results = _run_roots_and_prefixes(plan, pool, used, shape, parts, rng, prompt_rngs)
         generated = results
         plan_active = plan.num_active
+        adaptive_info = {f"adaptive_{k}": float(x) for k, x in plan.info.items()} if used.adaptive else {}
     trees = [r.tree for r in results]
 
     # 4. refresh the predictor on the bottom-up targets
@@ -288,6 +303,9 @@ def training_step(
     }
     record.update(replay_flips(generated))
     record.update(selection_fields(pool, v, generated))  # predictor ranking and selection drift (issue 58)
+    record.update(adaptive_info)
+    if parts.adaptive is not None:  # trace_adaptive: what this step measured, for the next steps' allocation
+        observe_adaptive(parts.adaptive, pool, v, generated, record, estimates_used=used.adaptive)
     record["predictor_share"] = record["time_predictor_s"] / wall if wall > 0 else 0.0
     record.update(_predictor_fields(pred_metrics))
     record["predictor_warm"] = float(

@@ -71,7 +71,12 @@ class TraceSettings:
         from trace_rl.allocation import get_method
         from trace_rl.predictor.names import STATE_NAMES
 
-        get_method(self.method)  # ValueError listing the known methods
+        if get_method(self.method).adaptive:  # get_method: ValueError listing the known methods
+            raise ValueError(
+                f"method {self.method} reads what earlier steps of a run measured (an AdaptiveState the native "
+                "trainer owns and checkpoints); the TRL adapter does not keep it yet: use trace-rl train, or "
+                "another method"
+            )
         if self.estimator not in ESTIMATOR_NAMES:
             raise ValueError(
                 f"unknown estimator {self.estimator!r}; choose one of {', '.join(ESTIMATOR_NAMES)}"
