@@ -71,7 +71,7 @@ MIN_WINDOW_PROMPTS = 24
 """Fewest prompts in the window before kappa is fitted; `PRIOR_CONCENTRATION` is used until then."""
 PRIOR_CONCENTRATION = 4.0
 """kappa before enough outcomes are seen: a Beta of prior sample size 4 around the estimate (unsure, not flat)."""
-KAPPA_GRID = tuple(float(x) for x in np.geomspace(0.25, 1024.0, 49)) + (math.inf,)
+KAPPA_GRID = (*tuple(float(x) for x in np.geomspace(0.25, 1024.0, 49)), math.inf)
 """Candidate concentrations of the maximum-likelihood fit (log grid; inf = the estimate is the truth)."""
 PRIOR_FLIP_RATE = 0.25
 """Flips per replay assumed before any replay of the run was observed."""
