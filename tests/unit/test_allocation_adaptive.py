@@ -199,3 +199,37 @@ def test_adaptive_state_window_and_round_trip() -> None:
         other.load_state_dict({"window": 2})
     with pytest.raises(ValueError, match="flips"):
         st.observe([], [], [], replays=1, flips=2, estimates_used=False)
+
+
+def test_fit_calibration_reads_ranking_and_confidence() -> None:
+    from trace_rl.allocation.adaptive import Calibration, fit_calibration
+
+    rng = np.random.default_rng(0)
+    u = rng.beta(0.6, 0.9, 400)
+    k = rng.binomial(8, u)
+    n = np.full(400, 8)
+    logit = np.log(u / (1 - u))
+    # an under-confident predictor that ranks well (its logits shrunk by 2.5): stretched back, beta near 2.5
+    shrunk = 1 / (1 + np.exp(-logit / 2.5))
+    cal = fit_calibration(shrunk, k, n)
+    assert 2.0 <= cal.beta <= 3.0 and cal.kappa > 30
+    # estimates unrelated to the outcomes: beta 0, every prompt at the base rate, kappa the prompts' spread
+    noise = fit_calibration(rng.uniform(0.2, 0.8, 400), k, n)
+    assert noise.beta <= 0.25 and noise.kappa < 4
+    assert np.ptp(Calibration(0.0, 0.0, 1.0).mean(rng.uniform(0.01, 0.99, 10))) == pytest.approx(0.0)
+    assert Calibration().mean([0.3]).tolist() == pytest.approx([0.3])  # the identity
+
+
+def test_uninformative_calibration_makes_allocation_uniform() -> None:
+    # after a window of outcomes that the estimates do not predict, the allocation stops following v
+    rng = np.random.default_rng(3)
+    st = AdaptiveState()
+    for _ in range(5):
+        v = rng.uniform(0.05, 0.95, 12)
+        st.observe(v, rng.binomial(8, 0.4, 12), np.full(12, 8), replays=0, flips=0, estimates_used=True)
+    assert st.calibration().beta <= 0.25
+    v = np.concatenate([np.full(24, 0.02), np.full(24, 0.5)])  # the predictor says half the pool is decided
+    hits = np.zeros(48)
+    for s in range(20):
+        hits += adaptive_roots(v, SHAPE, np.random.default_rng(s), st, coverage=0.0).rollouts > 0
+    assert 0.3 < hits[:24].sum() / hits.sum() < 0.7

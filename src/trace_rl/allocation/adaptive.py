@@ -17,10 +17,12 @@ independent rollouts. This module replaces each assumption with a measured quant
    groups where the predictor is unsure, and still skips prompts it is sure are decided.
 2. **The predictor's uncertainty.** A prompt's true success is modelled as ``v ~ Beta(kappa v_hat,
    kappa (1 - v_hat))`` around the estimate, and the value above is its expectation (closed form: for integer m,
-   ``E[v^m] = prod_{j<m} (a + j) / (a + b + j)``). ``kappa`` is fitted by maximum likelihood of the beta-binomial
-   outcomes the predictor's estimates met on recent steps (`fit_concentration`): a predictor whose estimates are
-   borne out gets a large kappa (the exact objective), one whose prompts vary far more than it predicts a small
-   one, which flattens the differences between prompts toward uniform allocation.
+   ``E[v^m] = prod_{j<m} (a + j) / (a + b + j)``), with the estimate first recalibrated, ``v_hat =
+   sigmoid(alpha + beta logit v)``. (alpha, beta, kappa) are fitted by maximum likelihood of the beta-binomial
+   outcomes the predictor's estimates met on recent steps (`fit_calibration`): a predictor whose estimates are
+   borne out gets the identity and a large kappa (the exact objective); an under-confident one that ranks well
+   gets beta > 1 (its estimates stretched); one that ranks nothing gets beta near 0, every prompt at the base
+   rate, which makes the allocation uniform over prompts.
 3. **A coverage floor.** A share ``coverage`` of the prompts a step trains on (rounded up) is drawn uniformly at
    random from the pool and must be active, so selection cannot narrow the training distribution
    (`adaptive_roots`); the step trains on as many prompts as the objective chose without the floor.
@@ -38,6 +40,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -48,20 +51,25 @@ from trace_rl.allocation.validation import FloatArray, IntArray, as_probability_
 from trace_rl.types import RootPlan
 
 __all__ = [
+    "ALPHA_GRID",
+    "BETA_GRID",
     "COVERAGE",
     "KAPPA_GRID",
     "MIN_WINDOW_PROMPTS",
     "PRIOR_CONCENTRATION",
     "PRIOR_FLIP_RATE",
     "REEXPLORE_STEPS",
+    "UNCAPPED_GROUPS",
     "WINDOW_STEPS",
     "AdaptiveState",
+    "Calibration",
     "adaptive_roots",
     "allocate_table",
     "beta_binomial_loglik",
     "contrastive_value",
     "expected_mixed_probability",
     "expected_power",
+    "fit_calibration",
     "fit_concentration",
 ]
 
@@ -77,6 +85,8 @@ PRIOR_FLIP_RATE = 0.25
 """Flips per replay assumed before any replay of the run was observed."""
 REEXPLORE_STEPS = 10
 """A step spends its replay share on replays at least once every this many steps (keeps the flip rate measured)."""
+UNCAPPED_GROUPS = 2
+"""Without ``max_rollouts``, `adaptive_roots` caps a prompt's rollouts at this many times ``group_size``."""
 COVERAGE = 0.5
 """Default share of a step's active prompts drawn uniformly from the pool (``budget.coverage``)."""
 
@@ -202,6 +212,86 @@ def beta_binomial_loglik(
         - np.where(j < n[:, None], np.log(a[:, None] + b[:, None] + j), 0.0)
     )
     return float(terms.sum())
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The predictor's measured reading: ``mean(v) = sigmoid(alpha + beta logit(v))`` (Platt scaling) and the
+    concentration kappa of the true success around that mean. The identity (alpha 0, beta 1) with kappa = inf
+    takes the estimates as the truth (the paper)."""
+
+    alpha: float = 0.0
+    beta: float = 1.0
+    kappa: float = PRIOR_CONCENTRATION
+
+    def mean(self, v: npt.ArrayLike) -> FloatArray:
+        """The calibrated success estimate of each v, float64 of v's shape, in (0, 1)."""
+        p = np.clip(np.asarray(v, dtype=np.float64), 1e-6, 1 - 1e-6)
+        z = self.alpha + self.beta * np.log(p / (1 - p))
+        return np.asarray(1.0 / (1.0 + np.exp(-z)), dtype=np.float64)
+
+
+ALPHA_GRID = tuple(float(x) for x in np.linspace(-3.0, 3.0, 25))
+"""Platt intercepts of `fit_calibration`."""
+BETA_GRID = tuple(float(x) for x in np.linspace(0.0, 4.0, 17))
+"""Platt slopes of `fit_calibration` (0: the estimates carry no ranking; 1: as given; > 1: under-confident)."""
+
+
+def fit_calibration(
+    v: npt.ArrayLike,
+    successes: npt.ArrayLike,
+    trials: npt.ArrayLike,
+    *,
+    alphas: tuple[float, ...] = ALPHA_GRID,
+    betas: tuple[float, ...] = BETA_GRID,
+    kappas: tuple[float, ...] = KAPPA_GRID,
+) -> Calibration:
+    """Maximum-likelihood `Calibration` of the beta-binomial outcomes: k_i successes of m_i trials with
+    u_i ~ Beta(kappa mu_i, kappa (1 - mu_i)), mu_i = sigmoid(alpha + beta logit v_i), over the product grid
+    (ties to the earlier grid point: smaller alpha, beta, kappa). A predictor that ranks but is under-confident
+    gets beta > 1 and a large kappa; one that ranks nothing gets beta near 0 (every prompt at the base rate) and
+    a kappa that measures how much the prompts differ. Prompts with fewer than 2 trials are left out.
+
+    Raises:
+        ValueError: as `beta_binomial_loglik`, or an empty grid.
+    """
+    if not (alphas and betas and kappas):
+        raise ValueError("every grid must hold at least one value")
+    best = (-math.inf, Calibration(0.0, 1.0, PRIOR_CONCENTRATION))
+    n = np.asarray(trials, dtype=np.int64)
+    keep = n >= 2
+    p = np.asarray(v, dtype=np.float64)[keep]
+    k = np.asarray(successes, dtype=np.int64)[keep]
+    for a in alphas:
+        for b in betas:
+            mu = Calibration(a, b).mean(p)
+            scores = _loglik_grid(mu, k, n[keep], kappas)
+            i = int(np.argmax(scores))
+            if scores[i] > best[0] + 1e-9:
+                best = (float(scores[i]), Calibration(a, b, float(kappas[i])))
+    return best[1]
+
+
+def _loglik_grid(
+    mu: FloatArray, k: npt.NDArray[np.int64], n: npt.NDArray[np.int64], kappas: tuple[float, ...]
+) -> FloatArray:
+    """`beta_binomial_loglik` of every kappa in ``kappas`` at once (broadcast over kappa, prompt, trial): float64
+    (len(kappas),)."""
+    p = np.clip(mu, 1e-6, 1 - 1e-6)
+    grid = np.asarray(kappas, dtype=np.float64)
+    out = np.empty(grid.shape[0], dtype=np.float64)
+    finite = np.isfinite(grid)
+    out[~finite] = float(np.sum(k * np.log(p) + (n - k) * np.log1p(-p)))
+    c = grid[finite][:, None, None]  # (K, 1, 1)
+    a, b = c * p[None, :, None], c * (1.0 - p)[None, :, None]  # (K, P, 1)
+    j = np.arange(int(n.max()) if n.size else 0, dtype=np.float64)[None, None, :]  # (1, 1, max m)
+    terms = (
+        np.where(j < k[None, :, None], np.log(a + j), 0.0)
+        + np.where(j < (n - k)[None, :, None], np.log(b + j), 0.0)
+        - np.where(j < n[None, :, None], np.log(c + j), 0.0)
+    )
+    out[finite] = terms.sum(axis=(1, 2))
+    return out
 
 
 def fit_concentration(
@@ -348,14 +438,19 @@ class AdaptiveState:
         else:
             self.since_replays += 1
 
-    def concentration(self) -> float:
-        """kappa fitted on the window (`fit_concentration`), `PRIOR_CONCENTRATION` below `MIN_WINDOW_PROMPTS`."""
+    def calibration(self) -> Calibration:
+        """The `Calibration` fitted on the window (`fit_calibration`); the identity with `PRIOR_CONCENTRATION`
+        below `MIN_WINDOW_PROMPTS` prompts."""
         v = [x for step in self.outcomes for x in step[0]]
         if len(v) < MIN_WINDOW_PROMPTS:
-            return PRIOR_CONCENTRATION
+            return Calibration()
         k = [x for step in self.outcomes for x in step[1]]
         n = [x for step in self.outcomes for x in step[2]]
-        return fit_concentration(v, k, n)
+        return fit_calibration(v, k, n)
+
+    def concentration(self) -> float:
+        """kappa of `calibration`."""
+        return self.calibration().kappa
 
     def flip_rate(self) -> float:
         """Flips per replay over the window's steps with replays; `PRIOR_FLIP_RATE` when there were none."""
@@ -412,10 +507,12 @@ def adaptive_roots(
     if not 0.0 <= coverage <= 1.0:
         raise ValueError(f"coverage must lie in [0, 1], got {coverage}")
     p = probs.shape[0]
-    kappa = state.concentration()
+    cal = state.calibration()
+    kappa = cal.kappa
     flat = shape.flat_rollouts
-    cap = min(shape.max_rollouts or flat, flat)
-    table = contrastive_value(probs, cap, kappa, normalize_std=normalize_std)
+    # the value is linear in m once a group is mixed: without a cap it would put the whole budget on one prompt
+    cap = min(shape.max_rollouts or UNCAPPED_GROUPS * shape.group_size, flat)
+    table = contrastive_value(cal.mean(probs), cap, kappa, normalize_std=normalize_std)
     order = rng.permutation(p)  # uniform draws for the floor; also the tie order among equal prompts
 
     def solve(budget: int) -> tuple[IntArray, float, int]:
@@ -441,6 +538,8 @@ def adaptive_roots(
     budget = m.astype(np.float64) * (shape.continuations if on else 0)
     info = {
         "kappa": kappa,
+        "calibration_alpha": cal.alpha,
+        "calibration_beta": cal.beta,
         "replays_on": float(on),
         "flip_rate": rate,
         "value_split": value_split,

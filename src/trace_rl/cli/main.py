@@ -31,9 +31,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="trace-rl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"trace-rl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    from trace_rl.cli import allocate, compare, env_check, explore, generate, lab, report, serve, sft, train
+    from trace_rl.cli import (
+        allocate,
+        compare,
+        env_check,
+        explore,
+        generate,
+        lab,
+        regime,
+        report,
+        serve,
+        sft,
+        train,
+    )
 
-    for module in (train, compare, report, allocate, explore, lab, env_check, generate, sft, serve):
+    for module in (train, compare, report, allocate, explore, lab, regime, env_check, generate, sft, serve):
         module.register(sub)
     return parser
 
