@@ -23,13 +23,16 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from trace_rl.allocation import METHODS, AdaptiveState, BudgetShape, adaptive_roots
+from trace_rl.allocation import METHODS, AdaptiveState, BudgetShape, RootStrategy, adaptive_roots
 from trace_rl.lab.claims import POOL_FACTOR, SHAPES, _make_predictor
 from trace_rl.lab.simulator import TaskFamily, sample_pool
 from trace_rl.lab.step import StepResult, method_step
 from trace_rl.metrics import is_effective
 from trace_rl.metrics.intervals import Interval, mean_ci
 from trace_rl.tree import RolloutTree
+from trace_rl.types import RootPlan
+
+FloatArray = npt.NDArray[np.float64]
 
 __all__ = ["ADAPTIVE_ARMS", "AdaptiveLabResult", "contrastive_dof", "run_adaptive_lab", "tree_flips"]
 
@@ -65,6 +68,15 @@ def _observe(state: AdaptiveState, res: StepResult) -> None:
         r, f = tree_flips(tree)
         replays, flips = replays + r, flips + f
     state.observe(v, wins, trials, replays=replays, flips=flips, estimates_used=True)
+
+
+def _with_state(state: AdaptiveState) -> RootStrategy:
+    """`adaptive_roots` bound to one run's state, as a `RootStrategy`."""
+
+    def roots(v: FloatArray, shape: BudgetShape, rng: np.random.Generator) -> RootPlan:
+        return adaptive_roots(v, shape, rng, state)
+
+    return roots
 
 
 @dataclass(frozen=True)
@@ -114,10 +126,7 @@ def run_adaptive_lab(
     for pi, spec in enumerate(predictors):
         for s in range(seeds):
             state = AdaptiveState()
-            stateful = dataclasses.replace(
-                METHODS["trace_adaptive"],
-                roots=lambda v, sh, rng, st=state: adaptive_roots(v, sh, rng, st),
-            )
+            stateful = dataclasses.replace(METHODS["trace_adaptive"], roots=_with_state(state))
             for j in range(steps):
                 pool = sample_pool(fam, size, np.random.default_rng((s, j, size)))
                 for arm in ADAPTIVE_ARMS:
