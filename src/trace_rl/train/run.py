@@ -367,6 +367,13 @@ class Trainer:
         spent = self.budget_spent
         for step in range(self.start_step, cfg.steps + 1):
             left = cfg.total_budget - spent if cfg.total_budget > 0 else None
+            # resumed from a checkpoint without the finished mark: never start a step the budget left cannot pay
+            if left is not None and left < self.shape.total - 1e-9:
+                self.log(
+                    f"total_budget {cfg.total_budget:g} leaves {left:g} after step {step - 1}, less than one "
+                    f"step's budget ({self.shape.total:g}): run finished, step {step} not started"
+                )
+                break
             pool = [self.tasks[i] for i in self.cursor.take(cfg.env.pool_size)]
             self.serving.begin_step()
             record, _ = training_step(
