@@ -21,7 +21,9 @@ set size on CPU (``ru_maxrss``; it never decreases, so the second check's figure
 
 Exit status 1 (a ``FAIL`` line naming each failed check and why) when a check did not record all its steps, when
 no step of a check had a row with signal (``update_rows`` 0 in every step: the policy-gradient part never ran),
-or when a step with rows had a gradient norm or loss that is not finite and positive (norm) / finite (loss).
+or when a step with rows had a gradient norm or loss that is not finite and positive (norm) / finite (loss). A bad
+setting (``SET`` / ``--set``) is one ``device_check: bad setting ...`` line and exit status 1 before anything is
+built; a setting refused once the policy has loaded (``sampling.max_new_tokens`` above its context) is one line too.
 """
 
 from __future__ import annotations
@@ -86,14 +88,15 @@ def peak_memory_mib(device: str) -> tuple[float, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "CPU process peak RSS"
 
 
-def run_check(name: str, policy: str, device: str, steps: int, out: Path, extra: list[str]) -> dict[str, Any]:
-    """One Trainer run; prints one line per step and returns the check's summary."""
-    import torch
+def check_config(policy: str, device: str, steps: int, extra: list[str]) -> Any:
+    """The `TrainConfig` of one check: the smoke preset with `OVERRIDES`, then ``extra`` (SET / --set).
 
+    Raises:
+        trace_rl.train.config.ConfigError: a bad override (one line naming the key).
+    """
     from trace_rl.train.config import load_config
-    from trace_rl.train.run import Trainer
 
-    cfg = load_config(
+    return load_config(
         preset="smoke",
         overrides=[
             *OVERRIDES,
@@ -104,6 +107,15 @@ def run_check(name: str, policy: str, device: str, steps: int, out: Path, extra:
             *extra,
         ],
     )
+
+
+def run_check(name: str, policy: str, device: str, steps: int, out: Path, extra: list[str]) -> dict[str, Any]:
+    """One Trainer run; prints one line per step and returns the check's summary."""
+    import torch
+
+    from trace_rl.train.run import Trainer
+
+    cfg = check_config(policy, device, steps, extra)
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats(device)
     t0 = time.perf_counter()
@@ -225,6 +237,13 @@ def main(argv: list[str] | None = None) -> int:
             f"device_check: missing Python packages {', '.join(missing)} (yaml is pyyaml); see scripts/device_check.sh"
         )
         return 1
+    from trace_rl.errors import UserError
+
+    try:  # a bad SET / --set is one line before anything is built (the tiny policy stands in for every check)
+        check_config("tiny", args.device, args.steps, args.set)
+    except UserError as exc:
+        print(f"device_check: bad setting (SET / --set): {exc}")
+        return 1
     import torch
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -241,7 +260,13 @@ def main(argv: list[str] | None = None) -> int:
     if "qwen3-scratch" in checks:
         params = build_scratch_qwen3(out / "qwen3_scratch", size, seed=0)
         print(f"qwen3-scratch: {params / 1e6:.1f} M parameters ({size})")
-    summary = [run_check(c, policies[c], args.device, args.steps, out, args.set) for c in checks]
+    try:
+        summary = [run_check(c, policies[c], args.device, args.steps, out, args.set) for c in checks]
+    except (
+        UserError
+    ) as exc:  # a setting only the loaded policy refuses (sampling.max_new_tokens), bad task data
+        print(f"device_check: {exc}")
+        return 1
     for s in summary:
         s["problems"] = check_problems(s, args.steps)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -6,7 +6,8 @@
 # update_rows (paths with a non-zero advantage) with the gradient norm, and predictor seconds, and per check the
 # update rows and seconds and the peak memory (scripts/device_check.py says how each figure is measured). It
 # FAILS (exit 1) when a check did not finish its steps or no step of a check had a row with signal. Sized to
-# finish within 8 minutes on one GPU; the script stops itself at 480 s.
+# finish within 8 minutes on one GPU; the script stops itself at 480 s. A bad SET is one line naming the key (exit
+# 1, no traceback) before anything is built.
 #
 #   bash scripts/device_check.sh                  # DEVICE=cuda (default): writes ./device_check or $OUT
 #   DEVICE=cpu bash scripts/device_check.sh       # the same check on CPU with a 0.1 M-parameter Qwen3: CI runs

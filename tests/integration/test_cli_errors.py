@@ -28,6 +28,8 @@ CLI = [sys.executable, "-m", "trace_rl.cli.main"]
         ("predictor.batch_size=0", "predictor.batch_size"),
         ("policy.sft_lr=-1", "policy.sft_lr"),
         ("env.train_limit=-5", "env.train_limit"),
+        ("predictor.updates=1e15", "predictor.updates"),  # issue 60: the step's predictor update never ended
+        ("optim.epochs=1e15", "optim.epochs"),
     ],
 )
 def test_out_of_range_settings_are_one_line_naming_the_key(tmp_path, override, key) -> None:
@@ -41,6 +43,25 @@ def test_out_of_range_settings_are_one_line_naming_the_key(tmp_path, override, k
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"trace-rl train: error: {key}: "), res.stderr
     assert "Traceback" not in res.stderr and not (tmp_path / "run").exists()
+
+
+def test_max_new_tokens_beyond_the_policys_context_is_one_line_before_any_step(tmp_path) -> None:
+    # issue 60: every turn ran to the context limit (the command seemed to hang); now refused once the policy
+    # loads, naming the key, the policy's context and the value (the timeout is CI slack: seconds when idle)
+    args = ["--steps", "1", "--out", str(tmp_path / "run"), "--set", "sampling.max_new_tokens=1000000000000"]
+    res = subprocess.run(
+        [*CLI, "train", "--preset", "smoke", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trace-rl train: error: sampling.max_new_tokens: "), (
+        res.stderr
+    )
+    assert "4096 tokens" in lines[0] and lines[0].endswith("got 1000000000000"), lines[0]
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
 def test_an_internal_exception_keeps_its_traceback(tmp_path, monkeypatch, capsys) -> None:

@@ -52,6 +52,31 @@ def test_device_check_on_cpu_prints_tokens_per_second_step_times_and_peak_memory
         assert s["problems"] == []
 
 
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("predictor.updates=1e15", "predictor.updates: must lie in [0, 10000]"),
+        ("budget.rootz=3", "budget.rootz: unknown key"),
+        ("justtext", "override 'justtext': expected section.key=value"),
+    ],
+)
+def test_a_bad_set_is_one_line_before_anything_is_built(tmp_path: Path, setting: str, message: str) -> None:
+    # issue 60: a bad SET printed a traceback (after building the scratch policy)
+    env = dict(os.environ, DEVICE="cpu", OUT=str(tmp_path), PYTHON=sys.executable, SET=setting)
+    res = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "device_check.sh")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert res.returncode == 1, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("device_check: bad setting (SET / --set): "), res.stdout
+    assert message in lines[0] and res.stderr == "", res.stdout + res.stderr  # no traceback
+    assert list(tmp_path.iterdir()) == []  # nothing built
+
+
 def load_script() -> Any:
     """scripts/device_check.py as a module (scripts/ is not a package)."""
     spec = importlib.util.spec_from_file_location("device_check", ROOT / "scripts" / "device_check.py")

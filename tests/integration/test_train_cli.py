@@ -201,6 +201,42 @@ def test_resume_of_a_finished_run_and_of_an_unreadable_last_checkpoint(tmp_path)
     )
 
 
+def test_a_run_stopped_by_total_budget_resumes_to_nothing(tmp_path) -> None:
+    # issue 60: a run that stopped on total_budget ran another step on --resume (32 of 24 spent): the CLI compared
+    # only the checkpoint's step with `steps`. One smoke step costs 16, so 24 pays for one step of the four.
+    out = tmp_path / "run"
+    args = "--preset smoke --steps 4 --set total_budget=24 --set eval_every=0 --set env.eval_tasks=0".split()
+    first = run("train", *args, "--out", str(out), "--no-progress")
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "total_budget 24 spent (16) after step 1: run finished" in first.stdout
+    state_file = out / "checkpoints" / "step_1" / "state.json"
+    state = json.loads(state_file.read_text())
+    assert state["finished"] is True and state["budget_spent"] == 16
+    before = (out / "metrics.jsonl").read_text()
+
+    again = run("train", "--resume", str(out), "--no-progress")
+    assert again.returncode == 0, again.stderr[-2000:]
+    lines = again.stdout.splitlines()
+    assert lines[0] == (
+        f"the run in {out} is finished: total_budget 24 could not pay another step after step 1 of 4; "
+        "nothing to resume"
+    ), again.stdout
+    assert lines[1].startswith("summary: 1 steps") and len(lines) == 2, again.stdout
+    assert (out / "metrics.jsonl").read_text() == before and not (out / "checkpoints" / "step_2").exists()
+
+    # a checkpoint without the mark (written before it existed): the loop itself never starts a step that the
+    # budget left cannot pay
+    state_file.write_text(json.dumps({**state, "finished": False}))
+    loop = run("train", "--resume", str(out), "--no-progress")
+    assert loop.returncode == 0, loop.stderr[-2000:]
+    assert (
+        "total_budget 24 leaves 8 after step 1, less than one step's budget (16): run finished, step 2 not started"
+        in loop.stdout
+    ), loop.stdout
+    assert [r["step"] for r in train_records(out)] == [1] and not (out / "checkpoints" / "step_2").exists()
+    assert train_records(out)[-1]["budget_spent_total"] == 16
+
+
 @pytest.mark.parametrize(
     "args",
     [

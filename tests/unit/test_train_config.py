@@ -105,7 +105,7 @@ def test_unknown_preset_and_file(tmp_path) -> None:
         ("steps=+-5", "steps", "expected an integer"),
         ("predictor.batch_size=0", "predictor.batch_size", "at least 1"),
         ("policy.sft_lr=-1", "policy.sft_lr", "> 0"),
-        ("env.train_limit=-5", "env.train_limit", "at least 1"),
+        ("env.train_limit=-5", "env.train_limit", "[1, 100000]"),
         ("optim.weight_decay=-0.1", "optim.weight_decay", ">= 0"),
         ("budget.replay_cost=0", "budget.replay_cost", "(0, 1]"),
         ("seed=-1", "seed", "[0, 2147483648)"),
@@ -143,3 +143,85 @@ def test_weight_decay_default_is_torchs_adamw_default() -> None:
 def test_integers_keep_their_exact_value() -> None:
     cfg = load_config(preset="smoke", overrides=["env.data_seed=2147483647", "steps=1e3", "seed=2147483647"])
     assert cfg.env.data_seed == 2**31 - 1 and cfg.steps == 1000 and cfg.seed == 2**31 - 1
+
+
+@pytest.mark.parametrize(
+    ("key", "bound"),
+    [
+        ("predictor.updates", "[0, 10000]"),
+        ("optim.epochs", "[1, 100]"),
+        ("optim.minibatches", "[0, 4096]"),
+        ("env.max_turns", "[1, 1024]"),
+        ("env.eval_tasks", "[0, 10000]"),
+        ("env.train_limit", "[1, 100000]"),
+        ("backend.replicas", "[1, 1024]"),
+        ("backend.kv_cache_gib", "[1, 4096]"),
+    ],
+)
+def test_counts_of_work_inside_a_step_are_bounded(key, bound) -> None:
+    # issue 60: predictor.updates=1e15 passed validation and the step's predictor update never ended
+    with pytest.raises(ConfigError) as info:
+        load_config(preset="smoke", overrides=[f"{key}=1e15"])
+    message = str(info.value)
+    assert message.startswith(f"{key}: must lie in {bound}") and "\n" not in message, message
+    assert message.endswith("got 1000000000000000"), message
+
+
+def test_eval_samples_are_bounded_where_they_apply() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(preset="smoke", overrides=["env.eval_temperature=1", "env.eval_samples=1e15"])
+    assert str(info.value).startswith("env.eval_samples: must lie in [1, 1000]"), str(info.value)
+    assert load_config(preset="smoke", overrides=["env.eval_temperature=1", "env.eval_samples=1000"])
+
+
+def test_the_count_bounds_leave_every_preset_and_kept_run_valid() -> None:
+    # the bounds sit far above what the presets and the kept runs of results/ use (the largest: train_limit 5000)
+    import json
+    from pathlib import Path
+
+    from trace_rl.train.config_ranges import RANGES
+
+    def numbers(data: dict, prefix: str = "") -> dict[str, float]:
+        out: dict[str, float] = {}
+        for key, value in data.items():
+            if isinstance(value, dict):
+                out.update(numbers(value, f"{prefix}{key}."))
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                out[f"{prefix}{key}"] = value
+        return out
+
+    root = Path(__file__).resolve().parents[2] / "results"
+    kept = [json.loads(p.read_text()) for p in sorted(root.glob("**/config.json"))]
+    assert len(kept) > 10, root
+    presets = [load_config(preset=name).to_dict() for name in preset_names()]
+    checked = 0
+    for config in kept + presets:
+        for key, value in numbers(config).items():
+            if key in RANGES and RANGES[key].hi is not None:
+                assert RANGES[key].contains(value), (key, value)
+                checked += 1
+    assert checked > len(kept)
+
+
+def test_max_new_tokens_must_fit_the_policys_context() -> None:
+    # issue 60: sampling.max_new_tokens=1e12 passed validation and every turn ran to the context limit
+    from types import SimpleNamespace
+
+    from trace_rl.train.run_policy import check_context
+
+    def policy(context: int | None) -> SimpleNamespace:
+        config = SimpleNamespace() if context is None else SimpleNamespace(max_position_embeddings=context)
+        return SimpleNamespace(model=SimpleNamespace(config=config))
+
+    too_long = load_config(preset="smoke", overrides=["sampling.max_new_tokens=1000000000000"])
+    with pytest.raises(ConfigError) as info:
+        check_context(too_long, policy(4096))
+    message = str(info.value)
+    assert message.startswith(
+        "sampling.max_new_tokens: must be below the context of policy tiny (4096 tokens"
+    )
+    assert message.endswith("got 1000000000000") and "\n" not in message
+    with pytest.raises(ConfigError, match=r"got 4096$"):
+        check_context(load_config(preset="smoke", overrides=["sampling.max_new_tokens=4096"]), policy(4096))
+    check_context(load_config(preset="smoke", overrides=["sampling.max_new_tokens=4095"]), policy(4096))
+    check_context(too_long, policy(None))  # a model config without a context length is not checked

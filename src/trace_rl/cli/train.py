@@ -79,12 +79,19 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--overwrite starts a new run; it cannot be combined with --resume")
         if overrides_from(args):
             raise UsageError("--resume continues a run with its saved config; overrides are not allowed")
-        from trace_rl.train.checkpoint import completed_step
+        from trace_rl.train.checkpoint import completed_step, finished_run
 
         cfg = resume_config(args.resume)
         done = completed_step(args.resume)
         if done is not None and done >= cfg.steps:
             print(f"the run in {args.resume} is complete ({done}/{cfg.steps} steps); nothing to resume")
+            print(summary_line(args.resume))
+            return 0
+        if done is not None and finished_run(args.resume):  # stopped on total_budget: another step overspends
+            print(
+                f"the run in {args.resume} is finished: total_budget {cfg.total_budget:g} could not pay another "
+                f"step after step {done} of {cfg.steps}; nothing to resume"
+            )
             print(summary_line(args.resume))
             return 0
         train(cfg, args.resume, resume=True, progress=not args.no_progress)

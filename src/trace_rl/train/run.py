@@ -3,8 +3,9 @@
 The run's other jobs live next to it: the supervised warm start in `trace_rl.train.warm_start`, the held-out
 evaluation in `trace_rl.train.evaluation`, checkpoints in `trace_rl.train.checkpoint`, and the run folder (its
 layout, metrics.jsonl, config.json, the CLI's helpers) in `trace_rl.train.rundir`, the data order and the timed env
-factory in `trace_rl.train.data`. Names they own that were importable from here before the split still are
-(`read_metrics`, `summarize`, `resume_config`, `save_probe_outcomes`, ...), but are not this module's `__all__`.
+factory in `trace_rl.train.data`, loading the policy (checked against the config) in `trace_rl.train.run_policy`.
+Names they own that were importable from here before the split still are (`read_metrics`, `summarize`,
+`resume_config`, `save_probe_outcomes`, ...), but are not this module's `__all__`.
 """
 
 from __future__ import annotations
@@ -69,12 +70,12 @@ class Trainer:
 
         from trace_rl.allocation import AdaptiveState, get_method
         from trace_rl.envs import make_env
-        from trace_rl.policy import load_policy
         from trace_rl.predictor import build_predictor
         from trace_rl.predictor.names import CONVEX_NAMES
         from trace_rl.predictor.online import OnlineConfig, OnlineTrainer
         from trace_rl.rollout.agent import ChatCodec
         from trace_rl.rollout.backends import SamplingParams
+        from trace_rl.train.run_policy import load_run_policy
         from trace_rl.train.serving import open_backend
         from trace_rl.train.step import StepParts
         from trace_rl.train.update import policy_update, update_settings
@@ -97,9 +98,7 @@ class Trainer:
             self.log(f"no checkpoint under {self.out}/checkpoints: starting from step 1")
             (self.out / "metrics.jsonl").unlink(missing_ok=True)  # its steps are redone
         self.device = policy_device(cfg)
-        self.policy = load_policy(
-            str(ckpt / "policy") if ckpt is not None else cfg.policy.name, seed=cfg.seed
-        )
+        self.policy = load_run_policy(cfg, ckpt / "policy" if ckpt is not None else cfg.policy.name)
         self.policy.model.to(self.device)
         if ckpt is None and cfg.policy.sft_steps > 0:
             self._warm_start()
@@ -273,7 +272,7 @@ class Trainer:
 
     def prepare_policy_only(self) -> Path:
         """Load the training tasks and the policy and run the warm start into out/sft/policy (for compare)."""
-        from trace_rl.policy import load_policy
+        from trace_rl.train.run_policy import load_run_policy
 
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
@@ -281,7 +280,7 @@ class Trainer:
         # warm start must run at the config's ``threads`` to equal the one `train` builds from the same config
         _seed_and_threads(cfg)
         self._load_tasks()
-        self.policy = load_policy(cfg.policy.name, seed=cfg.seed)
+        self.policy = load_run_policy(cfg, cfg.policy.name)
         self.policy.model.to(policy_device(cfg))
         self._warm_start()
         return self.out / "sft" / "policy"
@@ -395,6 +394,13 @@ class Trainer:
         spent = self.budget_spent
         for step in range(self.start_step, cfg.steps + 1):
             left = cfg.total_budget - spent if cfg.total_budget > 0 else None
+            # resumed from a checkpoint without the finished mark: never start a step the budget left cannot pay
+            if left is not None and left < self.shape.total - 1e-9:
+                self.log(
+                    f"total_budget {cfg.total_budget:g} leaves {left:g} after step {step - 1}, less than one "
+                    f"step's budget ({self.shape.total:g}): run finished, step {step} not started"
+                )
+                break
             pool = [self.tasks[i] for i in self.cursor.take(cfg.env.pool_size)]
             self.serving.begin_step()
             record, _ = training_step(
