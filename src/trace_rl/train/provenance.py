@@ -1,6 +1,6 @@
 """Where a run came from: the code it ran (git commit, dirty tree) and the warm start it started from.
 
-Every run's config.json carries a ``provenance`` block (`run_provenance`)::
+Every run's config.json carries a ``provenance`` block (`run_provenance`, plus ``resolved``: `resolved_block`)::
 
     {"code_commit": "1d161c0...", "code_dirty": false, "warm_start_hash": "sha256:ab12...", "warm_start": PATH}
 
@@ -191,4 +191,22 @@ def provenance_of(data: dict[str, Any]) -> dict[str, Any]:
     return {
         key: block.get(key)
         for key in ("code_commit", "code_dirty", "warm_start_hash", "warm_start", "probe_charge", "resolved")
+    }
+
+
+def resolved_block(trainer: Any) -> dict[str, Any]:
+    """What a run resolved from the config's "auto" and 0-means-default values, for config.json's provenance
+    (issue 58: a comparison must say which estimator each method trained with): the policy update's settings
+    (``optim.estimator`` "auto" resolved, Dr. GRPO's constant L), the device, torch's threads, the method the
+    cold start allocates with, and dapo's draw cap. ``trainer`` is a set-up `trace_rl.train.run.Trainer`."""
+    import torch
+
+    from trace_rl.train.prefixes import effective_method
+
+    return {
+        "update": dataclasses.asdict(trainer.settings),
+        "device": trainer.device,
+        "threads": torch.get_num_threads(),
+        "cold_start_method": effective_method(trainer.method, False).name,
+        "max_num_gen_batches": trainer.parts.max_gen_batches,
     }

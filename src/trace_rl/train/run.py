@@ -26,7 +26,7 @@ from trace_rl.train.checkpoint import load_checkpoint, resumable_checkpoint, sav
 from trace_rl.train.config import ConfigError, TrainConfig, budget_shape
 from trace_rl.train.data import DataCursor, TimedEnvFactory
 from trace_rl.train.evaluation import evaluate_held_out
-from trace_rl.train.provenance import PROVENANCE_KEY, run_provenance
+from trace_rl.train.provenance import PROVENANCE_KEY, resolved_block, run_provenance
 from trace_rl.train.rundir import (
     RUN_DIRS,
     RUN_FILES,
@@ -203,7 +203,7 @@ class Trainer:
         path = self.out / "config.json"
         block = {
             **run_provenance(self.cfg, self.out, probe_charge=self.probe_charge),
-            "resolved": self._resolved(),
+            "resolved": resolved_block(self),
         }
         if self.resume and path.exists():
             try:
@@ -215,25 +215,6 @@ class Trainer:
                 resumed.append({"code_commit": block["code_commit"], "code_dirty": block["code_dirty"]})
                 block = {**old, "resumed_code_commits": resumed}
         path.write_text(json.dumps({**self.cfg.to_dict(), PROVENANCE_KEY: block}, indent=2))
-
-    def _resolved(self) -> dict[str, Any]:
-        """What this run resolved from the config's "auto" and 0-means-default values (issue 58: a comparison must
-        say which estimator each method trained with): the policy update's settings (``optim.estimator`` "auto"
-        resolved, Dr. GRPO's constant L), the device, torch's threads, the root strategy actually used before
-        the predictor is warm, and dapo's draw cap."""
-        import dataclasses
-
-        import torch
-
-        from trace_rl.train.prefixes import effective_method
-
-        return {
-            "update": dataclasses.asdict(self.settings),
-            "device": self.device,
-            "threads": torch.get_num_threads(),
-            "cold_start_method": effective_method(self.method, False).name,
-            "max_num_gen_batches": self.parts.max_gen_batches,
-        }
 
     def _reference_model(self, ckpt: Path | None) -> Any:
         """The frozen reference policy of ``optim.kl_coef``'s k3 penalty: the policy RL starts from (after the warm
