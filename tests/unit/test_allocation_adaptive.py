@@ -233,3 +233,12 @@ def test_uninformative_calibration_makes_allocation_uniform() -> None:
     for s in range(20):
         hits += adaptive_roots(v, SHAPE, np.random.default_rng(s), st, coverage=0.0).rollouts > 0
     assert 0.3 < hits[:24].sum() / hits.sum() < 0.7
+
+
+def test_no_continuations_never_replays() -> None:
+    shape = BudgetShape(roots=64, continuations=0, group_size=8, max_rollouts=12)  # the demo preset's shape
+    st = AdaptiveState()
+    for _ in range(2 * REEXPLORE_STEPS):
+        plan = adaptive_roots(np.full(64, 0.5), shape, np.random.default_rng(0), st)
+        assert plan.info["replays_on"] == 0.0 and plan.replay_budget.sum() == 0 and plan.root_rollouts == 64
+        st.observe([], [], [], replays=0, flips=0, estimates_used=False)

@@ -533,7 +533,8 @@ def adaptive_roots(
     rate = state.flip_rate()
     replays = shape.continuations * shape.roots
     value_split = u_split + rate * replays
-    on = value_split > u_roots or state.since_replays + 1 >= REEXPLORE_STEPS
+    # no replays to buy (N = 0, e.g. the demo preset): the two plans are the same all-roots plan
+    on = replays > 0 and (value_split > u_roots or state.since_replays + 1 >= REEXPLORE_STEPS)
     m = m_split if on else m_roots
     budget = m.astype(np.float64) * (shape.continuations if on else 0)
     info = {
