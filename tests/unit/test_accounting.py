@@ -109,7 +109,7 @@ def test_resuming_with_other_threads_is_the_same_run(tmp_path: Path) -> None:
 def test_provenance_of_an_old_config_is_unknown() -> None:
     cfg = load_config(preset="smoke").to_dict()
     assert provenance_of(cfg) == dict.fromkeys(
-        ("code_commit", "code_dirty", "warm_start_hash", "warm_start", "probe_charge")
+        ("code_commit", "code_dirty", "warm_start_hash", "warm_start", "probe_charge", "resolved")
     )
     assert config_dict({**cfg, PROVENANCE_KEY: {}}) == cfg
 
