@@ -37,15 +37,22 @@ MIN_RANKED_PROMPTS = 3
 """Fewest active prompts for which ``predictor_root_spearman`` is computed (NaN below)."""
 
 
+_GOLD_TURNS: dict[tuple[str, str], int | None] = {}
+
+
 def gold_turns_of(task: Task) -> int | None:
     """Assistant turns of ``task``'s gold solution (`trace_rl.envs.gold_trajectory`), None where the environment
-    has no gold trajectory or it cannot be built for this task."""
-    from trace_rl.envs import gold_trajectory
+    has no gold trajectory or it cannot be built for this task (any error: this is a diagnostic field, left out
+    rather than stopping training). Cached per (environment, task id) for the process."""
+    key = (task.env, task.id)
+    if key not in _GOLD_TURNS:
+        from trace_rl.envs import gold_trajectory
 
-    try:
-        return len(gold_trajectory(task))
-    except (KeyError, ValueError, TypeError, NotImplementedError, AttributeError):
-        return None
+        try:
+            _GOLD_TURNS[key] = len(gold_trajectory(task))
+        except Exception:  # a user environment may raise anything; the field is then left out
+            _GOLD_TURNS[key] = None
+    return _GOLD_TURNS[key]
 
 
 def selection_fields(

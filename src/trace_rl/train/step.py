@@ -192,6 +192,8 @@ def training_step(
         plan_active = sum(len(r.roots) > 0 for r in generated)
     else:
         t0 = time.perf_counter()
+        if used.adaptive and parts.adaptive is None:
+            raise ValueError(f"method {used.name} needs StepParts.adaptive, the run's AdaptiveState")
         plan: RootPlan = (
             adaptive_roots(
                 v, shape, rng, parts.adaptive, coverage=parts.coverage, normalize_std=parts.normalize_std
