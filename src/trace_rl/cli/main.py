@@ -31,9 +31,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="trace-rl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"trace-rl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    from trace_rl.cli import allocate, compare, env_check, explore, generate, lab, report, serve, sft, train
+    from trace_rl.cli import (
+        allocate,
+        compare,
+        env_check,
+        explore,
+        generate,
+        lab,
+        report,
+        serve,
+        sft,
+        train,
+        verl_check,
+    )
 
-    for module in (train, compare, report, allocate, explore, lab, env_check, generate, sft, serve):
+    for module in (
+        train,
+        compare,
+        report,
+        allocate,
+        explore,
+        lab,
+        env_check,
+        generate,
+        sft,
+        serve,
+        verl_check,
+    ):
         module.register(sub)
     return parser
 
