@@ -76,6 +76,14 @@ def server_urls(config: Any) -> list[str]:
     return [str(u).rstrip("/") for u in urls]
 
 
+def model_folder(model_config: Any) -> Path:
+    """The local model folder of verl's model config: ``HFModelConfig.local_path`` (the actor worker's) or the
+    ``path`` key of the DictConfig a replica receives."""
+    if isinstance(model_config, dict) or hasattr(model_config, "keys"):
+        return Path(str(model_config.get("local_path") or model_config.get("path")))
+    return Path(str(getattr(model_config, "local_path", None) or model_config.path))
+
+
 def server_name(replica_rank: int) -> str:
     """The Ray actor name of replica ``replica_rank``'s server (the adapter finds it by this name)."""
     return f"trace_vllm_cpu_server_{replica_rank}"
@@ -186,7 +194,7 @@ class CPUvLLMReplica(RolloutReplica):  # type: ignore[misc]
         """The tokenizer's end-of-sequence ids (the agent loop passes its own stop ids with each request)."""
         from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(self.model_config.local_path)
+        tok = AutoTokenizer.from_pretrained(str(model_folder(self.model_config)))
         return [int(tok.eos_token_id)] if tok.eos_token_id is not None else []
 
 
@@ -262,7 +270,7 @@ class CPUServerAdapter(BaseRollout):  # type: ignore[misc]
         from safetensors.torch import save_file
 
         folder.mkdir(parents=True, exist_ok=True)
-        src = Path(str(self.model_config.local_path))
+        src = model_folder(self.model_config)
         shutil.copyfile(src / "config.json", folder / "config.json")
         tmp = folder / "model.safetensors.tmp"
         save_file(tensors, str(tmp), metadata={"format": "pt"})
