@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -33,9 +34,9 @@ from trace_rl.integrations.verl.check import (
     CheckPaths,
     cpu_env,
     cpu_overrides,
-    leftover_processes,
     run_main_ppo,
     verify,
+    wait_for_exit,
 )
 from trace_rl.integrations.verl.data import write_parquet
 from trace_rl.rollout.vllm_server import export_policy, launch_servers, stop_servers, vllm_python
@@ -58,9 +59,9 @@ def overrides(paths: CheckPaths, data: Path) -> list[str]:
         "data.max_prompt_length=256",
         "data.max_response_length=512",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
         "actor_rollout_ref.actor.optim.lr=1e-3",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
         "actor_rollout_ref.rollout.n=2",
         "actor_rollout_ref.rollout.temperature=1.0",
         "actor_rollout_ref.rollout.top_p=1.0",
@@ -114,8 +115,9 @@ def fit(tmp_path_factory):  # type: ignore[no-untyped-def]
         )
     finally:
         stop_servers(servers)
-    time.sleep(2)  # Ray's own processes exit right after the driver
-    left = leftover_processes(marker) + [p for p in server_pids if Path(f"/proc/{p}").exists()]
+    left = wait_for_exit(marker, timeout_s=60) + [p for p in server_pids if Path(f"/proc/{p}").exists()]
+    for pid in left:  # fail below, but leave nothing running on the shared machine
+        os.kill(pid, signal.SIGKILL)
     yield {
         "paths": paths,
         "rc": rc,

@@ -52,9 +52,9 @@ def run_check(args: argparse.Namespace) -> dict[str, Any]:
         CheckPaths,
         cpu_env,
         cpu_overrides,
-        leftover_processes,
         run_main_ppo,
         verify,
+        wait_for_exit,
     )
     from trace_rl.integrations.verl.data import write_parquet
     from trace_rl.policy import load_policy
@@ -88,8 +88,7 @@ def run_check(args: argparse.Namespace) -> dict[str, Any]:
         )
     finally:
         stop_servers(servers)
-    time.sleep(2)
-    left = leftover_processes(marker)
+    left = wait_for_exit(marker, timeout_s=60)
     for pid in left:  # the run's own processes only (they carry its marker)
         try:
             os.kill(pid, signal.SIGKILL)

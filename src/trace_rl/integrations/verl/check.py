@@ -90,7 +90,7 @@ def cpu_overrides(
         f"actor_rollout_ref.model.path={paths.model}",
         "actor_rollout_ref.model.use_remove_padding=False",
         "actor_rollout_ref.model.enable_gradient_checkpointing=False",
-        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "++actor_rollout_ref.model.override_config.attn_implementation=sdpa",
         "actor_rollout_ref.model.lora_rank=0",
         "actor_rollout_ref.actor.strategy=fsdp2",
         "actor_rollout_ref.actor.use_torch_compile=False",
@@ -105,7 +105,7 @@ def cpu_overrides(
         "actor_rollout_ref.rollout.data_parallel_size=1",
         "actor_rollout_ref.rollout.pipeline_model_parallel_size=1",
         "actor_rollout_ref.rollout.agent.num_workers=1",
-        f"+actor_rollout_ref.rollout.custom={{trace_vllm_urls:[{urls_list}],trace_sync_dir:'{paths.sync}'}}",
+        f"++actor_rollout_ref.rollout.custom={{trace_vllm_urls:[{urls_list}],trace_sync_dir:'{paths.sync}'}}",
         "algorithm.use_kl_in_reward=False",
         "reward.num_workers=1",
         "trainer.device=cpu",
@@ -120,12 +120,12 @@ def cpu_overrides(
         "data.dataloader_num_workers=0",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         f"ray_kwargs.ray_init.num_cpus={int(ray_cpus)}",
-        f"+ray_kwargs.ray_init.num_gpus={len(urls)}",
-        "+ray_kwargs.ray_init.include_dashboard=False",
-        f"+ray_kwargs.ray_init.object_store_memory={300 * 1024**2}",
-        f"+trace.record_dir={paths.records}",
+        f"++ray_kwargs.ray_init.num_gpus={len(urls)}",
+        "++ray_kwargs.ray_init.include_dashboard=False",
+        f"++ray_kwargs.ray_init.object_store_memory={300 * 1024**2}",
+        f"++trace.record_dir={paths.records}",
     ]
-    out += [f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}='{v}'" for k, v in (env or {}).items()]
+    out += [f"++ray_kwargs.ray_init.runtime_env.env_vars.{k}='{v}'" for k, v in (env or {}).items()]
     return out
 
 
@@ -262,3 +262,14 @@ def leftover_processes(marker: str, *, env_key: str = "TRACE_RL_RUN_MARKER") -> 
         if state != "Z" and needle in environ.split(b"\0"):
             found.append(int(entry.name))
     return sorted(found)
+
+
+def wait_for_exit(marker: str, timeout_s: float = 60.0) -> list[int]:
+    """Wait until no process carries the run's marker (`leftover_processes`): Ray's workers exit shortly after
+    their raylet, which exits with the driver. Returns the PIDs still alive after ``timeout_s`` ([] when clean)."""
+    deadline = time.monotonic() + timeout_s
+    left = leftover_processes(marker)
+    while left and time.monotonic() < deadline:
+        time.sleep(1.0)
+        left = leftover_processes(marker)
+    return left
