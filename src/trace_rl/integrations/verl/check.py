@@ -124,6 +124,7 @@ def cpu_overrides(
         "++ray_kwargs.ray_init.include_dashboard=False",
         f"++ray_kwargs.ray_init.object_store_memory={300 * 1024**2}",
         f"++trace.record_dir={paths.records}",
+        f"hydra.run.dir={paths.root / 'hydra'}",  # not ./outputs/ in the caller's folder
     ]
     out += [f"++ray_kwargs.ray_init.runtime_env.env_vars.{k}='{v}'" for k, v in (env or {}).items()]
     return out

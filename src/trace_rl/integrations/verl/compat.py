@@ -10,6 +10,8 @@ ImportError from deep inside verl.
 
 from __future__ import annotations
 
+from typing import Any
+
 import verl
 from trace_rl.integrations.verl import VERL_RANGE
 from trace_rl.integrations.versions import UnsupportedVersionError
@@ -91,15 +93,16 @@ def set_process_group_backend(backend: str) -> None:
 
     from verl.utils import distributed
 
-    fn = getattr(distributed, "initialize_global_process_group_ray", None)
+    fn: Any = getattr(distributed, "initialize_global_process_group_ray", None)
     params = list(inspect.signature(fn).parameters) if fn is not None else []
-    if params != ["timeout_second", "backend"] or fn.__defaults__ is None or len(fn.__defaults__) != 2:
+    defaults = getattr(fn, "__defaults__", None)
+    if params != ["timeout_second", "backend"] or defaults is None or len(defaults) != 2:
         raise VERL_RANGE.moved(
             VERSION,
             "initialize_global_process_group_ray(timeout_second=None, backend=None)",
             LookupError(f"found parameters {params}"),
         )
-    fn.__defaults__ = (fn.__defaults__[0], backend)
+    fn.__defaults__ = (defaults[0], backend)
 
 
 def verl_version() -> str:
