@@ -69,7 +69,9 @@ def _rss_bytes() -> int:
 
 
 def _peak_rss_bytes() -> int:
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
+    """The process's peak RSS (getrusage, KiB on Linux), never below the current RSS (the kernel updates its
+    high-water mark lazily, so it can trail /proc's current figure)."""
+    return max(int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, _rss_bytes())
 
 
 def _make_device_module() -> types.ModuleType:
