@@ -232,7 +232,14 @@ def run_main_ppo(
     if config_name:
         cmd += ["--config-name", config_name]
     cmd += list(overrides)
-    full_env = dict(os.environ, **env, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    full_env = dict(
+        os.environ,
+        **env,
+        RAY_AUTH_MODE="disabled",
+        RAY_USAGE_STATS_ENABLED="0",
+        # no pool of idle Python workers started ahead (one per logical CPU): the run's actors start their own
+        RAY_prestart_worker_first_driver="0",
+    )
     t0 = time.perf_counter()
     with open(log, "w") as out:
         proc = subprocess.Popen(
