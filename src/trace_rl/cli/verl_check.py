@@ -45,9 +45,20 @@ def _trace_env(overrides: list[str], config_path: str | None, config_name: str |
     return TraceVerlConfig().env
 
 
+def _tasks(env_name: str, limit: int, seed: int) -> list[Any]:
+    """Training tasks of a trace-rl environment ("toy_arith" is `trace_rl.rollout.toy_env`'s)."""
+    if env_name == "toy_arith":
+        from trace_rl.rollout.toy_env import load_tasks as toy_tasks
+
+        return list(toy_tasks("train", limit=limit, seed=seed))
+    from trace_rl.envs import load_tasks
+
+    return list(load_tasks(env_name, split="train", limit=limit, seed=seed))
+
+
 def run_check(args: argparse.Namespace) -> dict[str, Any]:
     """Run the check (module doc); returns a report: ok, failures, exit status, seconds, folder, log tail."""
-    from trace_rl.envs import ENV_NAMES, load_tasks
+    from trace_rl.envs import ENV_NAMES
     from trace_rl.integrations.verl.check import (
         CheckPaths,
         cpu_env,
@@ -68,8 +79,14 @@ def run_check(args: argparse.Namespace) -> dict[str, Any]:
     user = list(args.overrides)
     env_name = _trace_env(user, args.config_path, args.config_name)
     data: list[str] = []
-    if env_name in ENV_NAMES:
-        tasks = load_tasks(env_name, split="train", limit=args.tasks, seed=args.seed)
+    if env_name in ENV_NAMES or env_name == "toy_arith":
+        try:
+            tasks = _tasks(env_name, args.tasks, args.seed)
+        except ImportError as exc:  # the env's data package is not in the verl environment
+            raise UsageError(
+                f"trace.env={env_name} needs {exc.name or 'a package'} in this environment (pip install -e "
+                "'.[verl,envs]' into .venv-verl), or check with ++trace.env=toy_arith"
+            ) from exc
         train = write_parquet(tasks, root / "train.parquet")
         data = [f"data.train_files={train}", f"data.val_files={train}"]
     marker = uuid.uuid4().hex
