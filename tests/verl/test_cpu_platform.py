@@ -94,7 +94,9 @@ def test_cpu_overrides_compose_with_the_example_and_the_documented_check(tmp_pat
     assert env_vars.VERL_PLATFORM == "cpu" and cfg.trace.record_dir == str(paths.records)
 
 
-def _write_run(paths: CheckPaths, *, same_weights: bool = False, same_logprobs: bool = False) -> None:
+def _write_run(
+    paths: CheckPaths, *, same_weights: bool = False, same_logprobs: bool = False, signal: bool = True
+) -> None:
     """Run files as a healthy two-step run leaves them, or with one fault."""
     paths.records.mkdir(parents=True)
     paths.sync.mkdir(parents=True)
@@ -102,7 +104,11 @@ def _write_run(paths: CheckPaths, *, same_weights: bool = False, same_logprobs: 
         record = {
             "step": k,
             "plan": {"v": [0.5, 0.5], "m": [2, 0], "uids": [f"u{k}"], "m_active": [2]},
-            "batch": {"keys": [f"u{k}_0_0"], "padding_rows": 0},
+            "batch": {
+                "keys": [f"u{k}_0_0"],
+                "padding_rows": 0,
+                "advantages": [[0.5 if signal else 0.0, 0.0]],
+            },
             "trees": [{"uid": f"u{k}", "roots": 2, "replays": 4, "replay_budget": 4}],
             "predictor": {"before": [0.5], "after": [0.6], "metrics": {}},
         }
@@ -118,16 +124,25 @@ def _write_run(paths: CheckPaths, *, same_weights: bool = False, same_logprobs: 
 
 
 def test_verify_passes_a_healthy_run_and_names_each_fault(tmp_path: Path) -> None:
+    def check(paths: CheckPaths, steps: int = 2):  # type: ignore[no-untyped-def]
+        return verify(
+            paths, steps, check_server=False
+        )  # no model folder here; test_fit_cpu checks the server
+
     healthy = CheckPaths(tmp_path / "ok")
     _write_run(healthy)
-    assert verify(healthy, 2).failures == []
+    assert check(healthy).failures == [] and check(healthy).notes == []
     frozen = CheckPaths(tmp_path / "frozen")
     _write_run(frozen, same_weights=True)
-    assert "the weights synced after step 1 equal those before it" in verify(frozen, 2).failures
+    assert "the weights synced after step 1 equal those before it" in check(frozen).failures
     stale = CheckPaths(tmp_path / "stale")
     _write_run(stale, same_logprobs=True)
-    assert "the server's log-probs did not change after the step-1 weight sync" in verify(stale, 2).failures
-    assert any("2 step record(s) written, expected 3" in f for f in verify(healthy, 3).failures)
+    assert "the server's log-probs did not change after the step-1 weight sync" in check(stale).failures
+    assert any("2 step record(s) written, expected 3" in f for f in check(healthy, 3).failures)
+    flat = CheckPaths(tmp_path / "flat")  # every advantage 0: unchanged weights are expected, not a failure
+    _write_run(flat, same_weights=True, same_logprobs=True, signal=False)
+    assert check(flat).failures == []
+    assert "step 1 had no signal: the weight-change checks after it are skipped" in check(flat).notes
 
 
 def test_tensors_digest_sees_one_changed_value() -> None:

@@ -120,6 +120,7 @@ def run_check(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "ok": not failures,
         "failures": failures,
+        "notes": result.notes,
         "exit_status": rc,
         "steps": result.steps,
         "main_ppo_seconds": round(seconds, 1),
@@ -151,6 +152,8 @@ def _run(args: argparse.Namespace) -> int:
         )
         for line in report["failures"]:
             print("  " + line)
+        for line in report["notes"]:
+            print("  note: " + line)
         if report["log_tail"]:
             print(report["log_tail"])
     return 0 if report["ok"] else 1

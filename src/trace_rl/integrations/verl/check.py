@@ -132,9 +132,11 @@ def cpu_overrides(
 
 @dataclass
 class CheckResult:
-    """What `verify` found: ``failures`` (empty: the check passed) and the facts it read."""
+    """What `verify` found: ``failures`` (empty: the check passed), ``notes`` (what it could not check, and why)
+    and the facts it read."""
 
     failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     steps: int = 0
     syncs: list[dict[str, Any]] = field(default_factory=list)
     metrics: list[dict[str, Any]] = field(default_factory=list)
@@ -159,11 +161,38 @@ def read_syncs(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def verify(paths: CheckPaths, steps: int = 2) -> CheckResult:
-    """Read a finished run's files and list what did not happen: a step without TRACE's plan or without an actor
-    update, roots that differ from the plan, replays over budget, a weight sync that did not change the weights
-    or the server's log-probs, a predictor that did not move. Advantages are checked against trace-rl by the
-    tests (``tests/verl/test_fit_cpu.py``), which recompute them on the recorded trees."""
+def has_signal(record: dict[str, Any]) -> bool:
+    """Whether a step's batch had any non-zero advantage (a group holding both outcomes): without one the
+    policy-gradient update is zero and the weights legitimately stay where they were."""
+    return any(abs(float(x)) > 0.0 for row in record.get("batch", {}).get("advantages", []) for x in row)
+
+
+def served_logprob_error(paths: CheckPaths, sync: dict[str, Any], replica: int = 0) -> float:
+    """max |server log-prob - transformers log-prob| of the sync's probe sequence, the latter computed on the
+    weights the sync wrote (``{sync_dir}/replica{r}``, which hold the last sync's). nats."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    folder = paths.sync / f"replica{replica}"
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder)).float().eval()
+    model.load_state_dict(load_file(str(folder / "model.safetensors")), strict=False)
+    ids = torch.tensor([sync["probe_ids"]])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits[0, :-1].double(), dim=-1)
+    ours = logp.gather(1, ids[0, 1:, None]).squeeze(1)
+    served = torch.tensor(sync["probe_logprobs"], dtype=torch.float64)
+    return float((ours - served).abs().max())
+
+
+def verify(paths: CheckPaths, steps: int = 2, *, check_server: bool = True) -> CheckResult:
+    """Read a finished run's files and list what did not happen (``failures``) and what could not be checked
+    (``notes``): a step without its record, rows or actor update; roots per prompt that differ from the plan;
+    replays over budget; a predictor update without examples, or that did not move on a step with signal; a step
+    with signal after which the synced weights or the server's log-probs of a fixed sequence did not change
+    (without signal, every advantage 0, the update is zero: a note); with ``check_server``, a server whose
+    log-probs after the last sync differ from those of the synced weights (> 1e-3 nats). Advantages are checked
+    against trace-rl by ``tests/verl/test_fit_cpu.py``, which recomputes them on the recorded trees."""
     from trace_rl.integrations.verl.record import read_records
 
     res = CheckResult(
@@ -174,6 +203,7 @@ def verify(paths: CheckPaths, steps: int = 2) -> CheckResult:
     res.steps = len(res.records)
     if res.steps != steps:
         res.failures.append(f"{res.steps} step record(s) written, expected {steps}")
+    signal = {int(rec.get("step", -1)): has_signal(rec) for rec in res.records}
     for rec in res.records:
         k = rec.get("step")
         plan, trees = rec.get("plan", {}), rec.get("trees", [])
@@ -186,12 +216,16 @@ def verify(paths: CheckPaths, steps: int = 2) -> CheckResult:
                 res.failures.append(f"step {k}: prompt {t['uid']} ran {t['replays']} replays over its budget")
         if not rec.get("batch", {}).get("keys"):
             res.failures.append(f"step {k}: no training rows")
+        if not signal.get(int(k or -1), False):
+            res.notes.append(f"step {k}: every advantage is 0 (no prompt had both outcomes): a zero update")
         pred = rec.get("predictor", {})
         moved = max(
             (abs(a - b) for a, b in zip(pred.get("after", []), pred.get("before", []), strict=False)),
             default=0.0,
         )
-        if moved <= 0.0:
+        if not pred.get("before"):
+            res.failures.append(f"step {k}: the predictor was not updated (no examples)")
+        elif moved <= 0.0 and signal.get(int(k or -1), False):
             res.failures.append(f"step {k}: the predictor's estimates did not move")
     updates = [m for m in res.metrics if any(key.startswith("actor/") for key in m.get("data", {}))]
     if len(updates) < steps:
@@ -202,13 +236,22 @@ def verify(paths: CheckPaths, steps: int = 2) -> CheckResult:
         if before is None or after is None:
             res.failures.append(f"no weight sync logged for steps {k - 1} and {k}")
             continue
-        if before["digest"] == after["digest"]:
-            res.failures.append(f"the weights synced after step {k} equal those before it")
+        changed = before["digest"] != after["digest"]
         delta = max(
             abs(a - b) for a, b in zip(before["probe_logprobs"], after["probe_logprobs"], strict=True)
         )
-        if delta <= 1e-6:
+        if not signal.get(k, False):
+            res.notes.append(f"step {k} had no signal: the weight-change checks after it are skipped")
+        elif not changed:
+            res.failures.append(f"the weights synced after step {k} equal those before it")
+        elif delta <= 1e-6:
             res.failures.append(f"the server's log-probs did not change after the step-{k} weight sync")
+    if check_server and res.syncs:
+        err = served_logprob_error(paths, res.syncs[-1])
+        if err > 1e-3:
+            res.failures.append(
+                f"after the last sync the server's log-probs differ from the synced weights' by {err:.3g}"
+            )
     return res
 
 
