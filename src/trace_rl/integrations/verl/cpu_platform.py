@@ -5,8 +5,10 @@ verl 0.9.1 resolves its device through ``verl.plugin.platform`` (``PlatformRegis
 by name, else it probes and falls back to ``nvidia``). verl removed its own CPU platform ("verl does not support
 CPU-only backend"), so this module registers one, ``VERL_PLATFORM=cpu``:
 
-- device ``cpu``, collective backend ``gloo`` (verl's process group string ``cpu:gloo,{device}:{backend}`` becomes
-  ``cpu:gloo,cpu:gloo``);
+- device ``cpu`` (`PlatformCPU.current_device` is the string ``"cpu"``: verl passes it as ``device=``), collective
+  backend ``gloo``; verl's process-group string ``cpu:gloo,{device}:{backend}`` would be ``cpu:gloo,cpu:gloo``,
+  which torch refuses, so `register_cpu_engines` makes ``cpu:gloo`` the workers' default
+  (`compat.set_process_group_backend`, a named, version-checked monkeypatch of one keyword default);
 - a device module, `CPU_DEVICE`: ``torch.cpu`` plus the calls verl makes on ``torch.cuda`` that ``torch.cpu``
   lacks (``empty_cache``, ``mem_get_info``, ``memory_allocated``/``reserved`` and their maxima, RNG state), each
   the CPU's meaning of it (no cache to empty; host memory from /proc/meminfo; the process's RSS);
@@ -15,7 +17,7 @@ CPU-only backend"), so this module registers one, ``VERL_PLATFORM=cpu``:
   "device" per worker. ``trainer.n_gpus_per_node`` counts those workers.
 
 The FSDP training engine registers for devices ``cuda`` and ``npu`` only (``EngineRegistry`` in
-``verl/workers/engine/fsdp/transformer_impl.py``); `register_cpu_platform` registers the same classes for ``cpu``
+``verl/workers/engine/fsdp/transformer_impl.py``); `register_cpu_engines` registers the same classes for ``cpu``
 through the registry's public decorator. Nothing in verl's files is changed. Loaded in every verl process by
 ``VERL_USE_EXTERNAL_MODULES=trace_rl.integrations.verl.cpu`` with ``VERL_PLATFORM=cpu`` (docs/integrations.md,
 "Running verl on CPU").
