@@ -43,9 +43,23 @@ def build_parser() -> argparse.ArgumentParser:
         serve,
         sft,
         train,
+        verl_check,
     )
 
-    for module in (train, compare, report, allocate, explore, lab, regime, env_check, generate, sft, serve):
+    for module in (
+        train,
+        compare,
+        report,
+        allocate,
+        explore,
+        lab,
+        regime,
+        env_check,
+        generate,
+        sft,
+        serve,
+        verl_check,
+    ):
         module.register(sub)
     return parser
 

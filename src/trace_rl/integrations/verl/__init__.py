@@ -14,8 +14,14 @@ Pieces (verl 0.9.1 seams in brackets):
 - `server.ExternalVLLMServer`: a verl server actor in front of a vLLM HTTP server (CPU tests, external servers).
 
 `compat` is the version seam: the one module that imports verl's (and TransferQueue's) names, after checking
-verl's version against `VERL_RANGE`. `layout` and `config` are pure; importing this package itself imports nothing
-from verl. Load everything into verl with ``VERL_USE_EXTERNAL_MODULES=trace_rl.integrations.verl.register``.
+verl's version against `VERL_RANGE`. `layout` and `config` are pure. Load everything into verl with
+``VERL_USE_EXTERNAL_MODULES=trace_rl.integrations.verl.register`` (on CPU: ``...verl.cpu``, see `cpu`).
+
+Import order: where verl is installed, importing this package imports verl first (at its end), so that verl's
+``VERL_USE_EXTERNAL_MODULES`` hook, which imports `register` or `cpu` and through them `compat`, runs before any
+module of this package that needs `compat`. Otherwise a process that first imports, say, `worker` (a Ray worker
+unpickling `worker.TraceAgentLoopWorker`) would import `compat` -> verl -> `register` -> `agent_loop` -> `compat`
+half-initialised, an import cycle. Where verl is not installed, nothing is imported.
 """
 
 from trace_rl.integrations.versions import UnsupportedVersionError, VersionRange, release
@@ -51,3 +57,9 @@ def _release(version: str) -> tuple[int, int, int] | None:
 
 
 __all__ = ["VERL_RANGE", "VERL_VERSION", "UnsupportedVersionError", "check_verl_version"]
+
+try:  # last: verl's external-module hook may import this package's modules, which need the names above
+    import verl  # noqa: F401
+except ModuleNotFoundError as _exc:  # no verl here: the pure modules still import
+    if _exc.name != "verl":
+        raise

@@ -33,6 +33,8 @@ class TraceVerlConfig:
             "trace_root_only", "trace_fresh"); verl's roots always come from `allocate_roots`.
         accounting: "paper" (a replay costs replay_cost) or "token" (priced by its expected remaining tokens).
         replay_cost: rollout-equivalents per replay (paper: 0.5; used by token accounting and trace_fresh).
+        record_dir: a folder where the trainer writes each step's plan, trees, advantages and predictor update
+            (`trace_rl.integrations.verl.record`; `trace-rl verl-check` reads it); "" (default): nothing written.
     """
 
     root_budget: int = 0
@@ -51,6 +53,7 @@ class TraceVerlConfig:
     method: str = "trace"
     accounting: str = "paper"
     replay_cost: float = 0.5
+    record_dir: str = ""
 
     def __post_init__(self) -> None:
         if self.method not in VERL_METHODS:

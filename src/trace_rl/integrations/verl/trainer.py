@@ -54,6 +54,7 @@ from trace_rl.integrations.verl.config import TraceVerlConfig
 from trace_rl.integrations.verl.estimators import TRACE_ESTIMATORS, tree_layouts
 from trace_rl.integrations.verl.layout import RowLayout
 from trace_rl.integrations.verl.predictor import predictor_handle, predictor_text
+from trace_rl.integrations.verl.record import RECORD_FIELDS, StepRecorder
 
 LAYOUT_FIELDS = ["trace_sessions", "trace_turn_lens"]
 
@@ -231,6 +232,7 @@ class TraceTrainer(PPOTrainerSync):  # type: ignore[misc]
         self._active: int | None = None
         self._plan_metrics: dict[str, float] = {}
         self._predictor: Any = None
+        self._recorder = StepRecorder(self.trace.record_dir) if self.trace.record_dir else None
 
     def candidate_pool(self) -> int:
         """Prompts read and scored per step: ``trace.candidate_pool``, default 2 x ``data.train_batch_size``."""
@@ -290,6 +292,8 @@ class TraceTrainer(PPOTrainerSync):  # type: ignore[misc]
         batch = tu.index_select_tensor_dict(pool, torch.as_tensor(active, dtype=torch.long))
         batch["__rollout_n__"] = torch.as_tensor(m[active], dtype=torch.int64)
         self._submit_batch_to_rollout(batch)
+        if self._recorder is not None:
+            self._recorder.plan(self.global_steps, v, m, [str(u) for u in _column(batch, "uid")])
         self._active = int(active.size)
         self._plan_metrics = {
             "trace/candidates": float(n),
@@ -307,7 +311,12 @@ class TraceTrainer(PPOTrainerSync):  # type: ignore[misc]
         if self.config.algorithm.adv_estimator not in TRACE_ESTIMATORS:
             return super()._compute_advantage(batch, metrics)
         with tree_layouts(fetch_layouts(batch.keys, batch.tags, batch.partition_id)):
-            return super()._compute_advantage(batch, metrics)
+            out = super()._compute_advantage(batch, metrics)
+        if self._recorder is not None:  # what verl wrote back, as the update will read it
+            real = [k for k, t in zip(out.keys, out.tags, strict=True) if not t.get("is_padding", False)]
+            data = tq.kv_batch_get(keys=real, partition_id=out.partition_id, select_fields=RECORD_FIELDS)
+            self._recorder.batch(list(out.keys), list(out.tags), data)
+        return out
 
     def update_predictor(self, finished: Sequence[dict[str, Any]]) -> dict[str, float]:
         """One predictor update on the nodes of finished trees (`TraceAgentLoopManager.pop_finished` records:
@@ -318,6 +327,8 @@ class TraceTrainer(PPOTrainerSync):  # type: ignore[misc]
         """
         examples = [e for rec in finished for e in rec["examples"]]
         out: dict[str, float] = {}
+        texts = [e["text"] for e in examples]
+        before = ray.get(self._predictor.predict.remote(texts)) if self._recorder and texts else []
         if examples:
             stats = ray.get(
                 self._predictor.update.remote(
@@ -333,6 +344,10 @@ class TraceTrainer(PPOTrainerSync):  # type: ignore[misc]
         if finished:
             out["trace/replays"] = float(sum(r["replays"] for r in finished))
             out["trace/replay_budget"] = float(sum(r["replay_budget"] for r in finished))
+        if self._recorder is not None:
+            after = ray.get(self._predictor.predict.remote(texts)) if texts else []
+            self._recorder.trees(list(finished))
+            self._recorder.predictor([float(x) for x in before], [float(x) for x in after], dict(out))
         return out
 
     def trace_step_metrics(self) -> dict[str, float]:
@@ -346,6 +361,8 @@ class TraceTrainer(PPOTrainerSync):  # type: ignore[misc]
         failed = self.agent_loop_manager.pop_failed()
         metrics["trace/failed_prompts"] = float(len(failed))
         metrics["trace/failed_rollouts"] = float(sum(rec["rollouts"] for rec in failed))
+        if self._recorder is not None:
+            self._recorder.flush()
         return metrics
 
     def on_step_end(self) -> None:
