@@ -242,3 +242,19 @@ def test_no_continuations_never_replays() -> None:
         plan = adaptive_roots(np.full(64, 0.5), shape, np.random.default_rng(0), st)
         assert plan.info["replays_on"] == 0.0 and plan.replay_budget.sum() == 0 and plan.root_rollouts == 64
         st.observe([], [], [], replays=0, flips=0, estimates_used=False)
+
+
+def test_edges_found_in_review() -> None:
+    from trace_rl.allocation.adaptive import Calibration, fit_calibration
+
+    # no prompt with 2 trials: the prior reading, not the grid's first corner
+    assert fit_calibration([0.5] * 30, [1] * 30, [1] * 30) == Calibration()
+    assert fit_calibration([], [], []) == Calibration()
+    st = AdaptiveState()
+    for _ in range(3):
+        st.observe([0.5] * 10, [1] * 10, [1] * 10, replays=0, flips=0, estimates_used=True)
+    assert st.calibration() == Calibration()
+    with pytest.raises(ValueError, match="successes"):
+        st.observe([0.5], [3], [2], replays=0, flips=0, estimates_used=True)
+    with pytest.raises(ValueError, match="max_active"):
+        allocate_table(np.zeros((3, 5)), 4, max_active=-1)

@@ -45,3 +45,21 @@ def test_regime_command_reads_a_probe(tmp_path, capsys) -> None:
     assert out["verdict"].startswith("selection regime")
     assert main(["regime", str(tmp_path / "missing")]) == 2
     assert "no probe outcomes" in capsys.readouterr().err
+
+
+def test_regime_refuses_bad_probes(tmp_path, capsys) -> None:
+    good = {"prompts": [f"p{i}" for i in range(8)], "rewards": [[1.0, 0.0, 1.0, 0.0]] * 8}
+    for name, data in (
+        ("empty_row", {**good, "rewards": [[], *good["rewards"][1:]]}),
+        ("nan", {**good, "rewards": [[float("nan")] * 4, *good["rewards"][1:]]}),
+    ):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "probe_outcomes.json").write_text(json.dumps(data))
+        assert main(["regime", str(folder), "--predictor", "ngram"]) == 2
+        assert "not a finite number" in capsys.readouterr().err
+    (tmp_path / "probe_outcomes.json").write_text(json.dumps(good))
+    assert main(["regime", str(tmp_path), "--predictor", "ngram", "--group-size", "8"]) == 2
+    assert "larger than the probe's 4 samples" in capsys.readouterr().err
+    assert main(["regime", str(tmp_path), "--predictor", "ngram", "--folds", "9"]) == 2
+    assert "--folds must be at most 8" in capsys.readouterr().err

@@ -225,3 +225,11 @@ def test_max_new_tokens_must_fit_the_policys_context() -> None:
         check_context(load_config(preset="smoke", overrides=["sampling.max_new_tokens=4096"]), policy(4096))
     check_context(load_config(preset="smoke", overrides=["sampling.max_new_tokens=4095"]), policy(4096))
     check_context(too_long, policy(None))  # a model config without a context length is not checked
+
+
+def test_min_rollouts_above_the_roots_is_refused() -> None:
+    # found in review: a step could not place one group of min_rollouts and crashed after the first step's spend
+    from trace_rl.train.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="budget.min_rollouts"):
+        load_config(preset="smoke", overrides=["budget.min_rollouts=9", "budget.max_rollouts=9"])

@@ -13,8 +13,10 @@ independent rollouts. This module replaces each assumption with a measured quant
    ``sum_i A_i^2 = m - 1`` exactly (unbiased std, eps aside) and an unmixed one 0, so the expected squared-advantage
    mass of a prompt is ``(m - 1) P_mix(v, m)``: the contrastive degrees of freedom the group adds to the gradient
    (one is spent on its own baseline). Without the std division (Dr. GRPO) it is
-   ``E[sum_i (r_i - mean r)^2] = (m - 1) v (1 - v)``. Both grow with m, so the objective prefers fewer, larger
-   groups where the predictor is unsure, and still skips prompts it is sure are decided.
+   ``E[sum_i (r_i - mean r)^2] = (m - 1) v (1 - v)``. The value per rollout, ``(m - 1)/m E[P_mix]``, rises with m
+   for every v and kappa, so the exact solve gives every prompt it picks the cap (``max_rollouts``) and picks the
+   budget / cap prompts of highest value: group size is set by the cap, the choice of prompts by the value. It
+   still skips prompts it is sure are decided.
 2. **The predictor's uncertainty.** A prompt's true success is modelled as ``v ~ Beta(kappa v_hat,
    kappa (1 - v_hat))`` around the estimate, and the value above is its expectation (closed form: for integer m,
    ``E[v^m] = prod_{j<m} (a + j) / (a + b + j)``), with the estimate first recalibrated, ``v_hat =
@@ -248,7 +250,8 @@ def fit_calibration(
 ) -> Calibration:
     """Maximum-likelihood `Calibration` of the beta-binomial outcomes: k_i successes of m_i trials with
     u_i ~ Beta(kappa mu_i, kappa (1 - mu_i)), mu_i = sigmoid(alpha + beta logit v_i), over the product grid
-    (ties to the earlier grid point: smaller alpha, beta, kappa). A predictor that ranks but is under-confident
+    (ties to the earlier grid point: smaller alpha, beta, kappa; no prompt with 2 trials: the identity with
+    `PRIOR_CONCENTRATION`). A predictor that ranks but is under-confident
     gets beta > 1 and a large kappa; one that ranks nothing gets beta near 0 (every prompt at the base rate) and
     a kappa that measures how much the prompts differ. Prompts with fewer than 2 trials are left out.
 
@@ -262,6 +265,8 @@ def fit_calibration(
     keep = n >= 2
     p = np.asarray(v, dtype=np.float64)[keep]
     k = np.asarray(successes, dtype=np.int64)[keep]
+    if p.size == 0:  # nothing says anything about the predictor: the prior reading
+        return best[1]
     for a in alphas:
         for b in betas:
             mu = Calibration(a, b).mean(p)
@@ -349,8 +354,10 @@ def allocate_table(
     if table.ndim != 2 or table.shape[1] < 1 or not np.all(np.isfinite(table)):
         raise ValueError(f"values must be a finite (P, K + 1) array; got shape {table.shape}")
     p, width = table.shape
-    if budget < 0 or min_rollouts < 1:
-        raise ValueError(f"budget must be >= 0 and min_rollouts >= 1; got {budget}, {min_rollouts}")
+    if budget < 0 or min_rollouts < 1 or (max_active is not None and max_active < 0):
+        raise ValueError(
+            f"budget and max_active must be >= 0 and min_rollouts >= 1; got {budget}, {max_active}, {min_rollouts}"
+        )
     cap_active = p if max_active is None else min(int(max_active), p)
     must = np.zeros(p, dtype=bool) if forced is None else np.asarray(forced, dtype=bool)
     if must.shape != (p,):
@@ -421,7 +428,7 @@ class AdaptiveState:
         allocation read a warm predictor), and the replays it generated and how many flipped.
 
         Raises:
-            ValueError: shapes differ, or flips outside [0, replays].
+            ValueError: shapes differ, flips outside [0, replays], or successes outside [0, trials].
         """
         p = np.asarray(v, dtype=np.float64).ravel()
         k = np.asarray(successes, dtype=np.int64).ravel()
@@ -430,6 +437,8 @@ class AdaptiveState:
             raise ValueError("v, successes and trials must have one shape")
         if not 0 <= flips <= replays:
             raise ValueError(f"flips must lie in [0, replays]; got {flips} of {replays}")
+        if np.any(k < 0) or np.any(k > n):
+            raise ValueError("successes must lie in [0, trials]")
         if estimates_used and p.size:
             self.outcomes.append((p.tolist(), k.tolist(), n.tolist()))
         if replays > 0:
@@ -442,10 +451,10 @@ class AdaptiveState:
         """The `Calibration` fitted on the window (`fit_calibration`); the identity with `PRIOR_CONCENTRATION`
         below `MIN_WINDOW_PROMPTS` prompts."""
         v = [x for step in self.outcomes for x in step[0]]
-        if len(v) < MIN_WINDOW_PROMPTS:
-            return Calibration()
         k = [x for step in self.outcomes for x in step[1]]
         n = [x for step in self.outcomes for x in step[2]]
+        if sum(t >= 2 for t in n) < MIN_WINDOW_PROMPTS:  # prompts with one trial say nothing about kappa
+            return Calibration()
         return fit_calibration(v, k, n)
 
     def concentration(self) -> float:

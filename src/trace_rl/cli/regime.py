@@ -22,6 +22,9 @@ import numpy as np
 
 from trace_rl.cli.common import UsageError
 
+MAX_FOLDS = 20
+"""Most folds of the out-of-fold ranking (each fold trains a fresh predictor)."""
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
@@ -56,6 +59,9 @@ def _load(path: Path) -> tuple[list[str], list[list[float]]]:
         raise UsageError(f"{file} is not a probe_outcomes.json (prompts, rewards): {exc}") from None
     if len(prompts) != len(rewards) or len(prompts) < 4:
         raise UsageError(f"{file}: needs at least 4 prompts with one reward list each")
+    for i, r in enumerate(rewards):
+        if not r or not all(math.isfinite(x) for x in r):
+            raise UsageError(f"{file}: prompt {i} has no rewards or a reward that is not a finite number")
     return prompts, rewards
 
 
@@ -90,6 +96,16 @@ def run(args: argparse.Namespace) -> int:
     if args.group_size < 2 or args.folds < 2:
         raise UsageError("--group-size and --folds must be at least 2")
     prompts, rewards = _load(Path(args.probe))
+    most = max(len(r) for r in rewards)
+    if args.group_size > most:
+        raise UsageError(
+            f"--group-size {args.group_size} is larger than the probe's {most} samples per prompt: the unanimous "
+            "share of such groups cannot be estimated from it"
+        )
+    if args.folds > min(len(prompts), MAX_FOLDS):
+        raise UsageError(
+            f"--folds must be at most {min(len(prompts), MAX_FOLDS)} (prompts in the probe, and {MAX_FOLDS})"
+        )
     sizes = sorted({2, 4, 8, args.group_size})
     shares = {g: unanimous_share(rewards, g) for g in sizes}
     est = out_of_fold(prompts, rewards, args.predictor, args.folds, args.seed)

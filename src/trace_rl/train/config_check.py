@@ -115,6 +115,11 @@ def validate(cfg: TrainConfig) -> None:
     need(
         shape.min_rollouts >= 2, "budget.min_rollouts", "must be at least 2 (a group of one has no contrast)"
     )
+    need(
+        shape.min_rollouts <= shape.roots,
+        "budget.min_rollouts",
+        f"must be at most budget.roots ({shape.roots}): an active prompt needs min_rollouts of the step's roots",
+    )
     cap = shape.max_rollouts
     need(
         cap is None or cap >= shape.group_size,
