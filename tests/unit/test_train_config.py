@@ -231,5 +231,5 @@ def test_min_rollouts_above_the_roots_is_refused() -> None:
     # found in review: a step could not place one group of min_rollouts and crashed after the first step's spend
     from trace_rl.train.config import ConfigError, load_config
 
-    with pytest.raises(ConfigError, match="budget.min_rollouts"):
+    with pytest.raises(ConfigError, match=r"budget\.min_rollouts"):
         load_config(preset="smoke", overrides=["budget.min_rollouts=9", "budget.max_rollouts=9"])
