@@ -36,7 +36,8 @@ and both converge to it as K grows. Needs K / 2 >= B.
 Prints a few readable lines, then one JSON line last: ``oracle_objective``, ``oracle_objective_insample``,
 ``trace_objective``, ``random_objective`` (means over trees, with ``*_se``), paired differences with their standard
 errors, ``predictor_spearman_by_depth``, ``predictor_calibration_by_depth``, ``true_success_by_depth``,
-``mc_se_mean``/``mc_se_max``, ``root_success_by_question_depth``, ``first_wrong_hop_by_question_depth``.
+``mc_se_mean``/``mc_se_max``, ``root_success_by_question_depth``, ``first_wrong_hop_by_question_depth``
+(null where undefined: a Spearman of a constant or of fewer than 3 anchors).
 """
 
 from __future__ import annotations
@@ -177,7 +178,8 @@ def summarize(prompts: Sequence[dict[str, Any]], budget: int) -> dict[str, Any]:
     rows = [tree_objectives(p["anchors"], budget) for p in prompts]
     out: dict[str, Any] = {"trees": len(prompts), "budget_per_tree": budget}
     for name in ("oracle", "oracle_insample", "trace", "random"):
-        out[f"{name}_objective"], out[f"{name}_objective_se"] = _mean_se([r[name] for r in rows])
+        key = "oracle_objective_insample" if name == "oracle_insample" else f"{name}_objective"
+        out[key], out[f"{key}_se"] = _mean_se([r[name] for r in rows])
     for a, b in (("oracle", "trace"), ("trace", "random"), ("oracle", "random")):
         out[f"{a}_minus_{b}"], out[f"{a}_minus_{b}_se"] = _mean_se([r[a] - r[b] for r in rows])
     anchors = [a for p in prompts for a in p["anchors"]]
@@ -337,6 +339,7 @@ def collect(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, A
     overrides = [
         f"policy.name={args.policy}",
         "policy.sft_steps=0",
+        "policy.sft_compile=false",  # the snapshot is trained: no warm start to compile
         f"eval_every={1 if args.split == 'held_out' else 0}",
         f"threads={args.threads}",
         *args.set,
@@ -382,6 +385,18 @@ def collect(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, A
     return prompts, meta
 
 
+def strict_json(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN: an undefined Spearman or standard error) as None, so that the
+    printed line is strict JSON."""
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--policy", required=True, help="policy snapshot folder (a run's sft/policy)")
@@ -412,7 +427,7 @@ def main() -> None:
     summary = {**summarize(prompts, args.continuations * args.roots), **meta, "seconds": round(seconds, 1)}
     summary["args"] = {k: str(v) for k, v in vars(args).items()}
     if args.out:
-        args.out.write_text(json.dumps({**summary, "prompts_data": prompts}))
+        args.out.write_text(json.dumps(strict_json({**summary, "prompts_data": prompts})))
     print(
         f"{summary['trees']} trees x {args.roots} roots, {summary['anchors']} anchors x {args.mc} replays ({seconds:.0f} s)"
     )
@@ -428,7 +443,7 @@ def main() -> None:
         )
     )
     print("predictor Spearman by anchor depth: " + json.dumps(summary["predictor_spearman_by_depth"]))
-    print(json.dumps(summary))
+    print(json.dumps(strict_json(summary), allow_nan=False))
 
 
 if __name__ == "__main__":

@@ -126,6 +126,14 @@ def test_monte_carlo_success_matches_the_closed_form() -> None:
     roots = [x for r in prompts for x in r["roots"]]
     assert abs(np.mean(roots) - p ** (depth + 1)) < 4 * np.sqrt(p**4 * (1 - p**4) / len(roots))
     summary = bench.summarize(prompts, budget=4)
+    for key in ("oracle_objective", "oracle_objective_insample", "trace_objective", "random_objective"):
+        assert np.isfinite(summary[key]) and np.isfinite(summary[f"{key}_se"])
+    # the true-q optimum beats TRACE's even spread (a constant predictor), which beats TreePO's uniform draws (which
+    # can put two replays on one anchor while another gets none)
+    assert summary["oracle_objective_insample"] > summary["trace_objective"] > summary["random_objective"]
+    assert summary["oracle_minus_random"] == pytest.approx(
+        summary["oracle_objective"] - summary["random_objective"]
+    )
     truth_by_depth = summary["true_success_by_depth"]
     assert set(truth_by_depth) == {"1", "2", "3"}
     assert summary["mc_se_max"] <= 0.5 / np.sqrt(mc) + 1e-12
@@ -148,6 +156,12 @@ def test_unbiased_power_and_flip_objective_by_hand() -> None:
     assert bench.mc_success([1.0, 0.0, 1.0, 1.0]) == pytest.approx((0.75, np.sqrt(0.75 * 0.25 / 4)))
     with pytest.raises(ValueError, match="at least one replay"):
         bench.mc_success([])
+    # an undefined Spearman prints as null: the last line stays strict JSON
+    assert bench.strict_json({"a": float("nan"), "b": [1.0, float("inf")], "c": {"d": 2}}) == {
+        "a": None,
+        "b": [1.0, None],
+        "c": {"d": 2},
+    }
 
 
 def test_random_objective_is_the_expectation_over_treepo_draws() -> None:
