@@ -232,6 +232,11 @@ def summarize(prompts: Sequence[dict[str, Any]], budget: int) -> dict[str, Any]:
     return out
 
 
+def _as_int(value: object, default: int) -> int:
+    """``value`` as an int when it is a number, else ``default`` (a field an env did not set)."""
+    return int(value) if isinstance(value, (int, float)) else default
+
+
 async def sample(
     pool: Sequence[Any],
     backend: Any,
@@ -301,7 +306,8 @@ async def sample(
         leaf_of = r.tree.chain_leaf()
         anchors = []
         for j, a in enumerate(r.anchors):
-            info = r.tree.turns[a.node].info if r.tree.turns[a.node] is not None else {}
+            turn = r.tree.turns[a.node]
+            info = turn.info if turn is not None else {}
             anchors.append(
                 {
                     "node": int(a.node),
@@ -310,12 +316,12 @@ async def sample(
                     "replays": outcome.get(int(a.node), []),
                     "value": float(values[j]),
                     "trace_k": int(choice.k[j]),
-                    "hops_right": int(info.get("hops_right", -1)),
+                    "hops_right": _as_int(info.get("hops_right"), -1),
                 }
             )
-        depth = int(r.task.metadata.get("depth", 0))
+        depth = _as_int(r.task.metadata.get("depth"), 0)
         wrong = [
-            int(e.turns[-1].info.get("hops_right", 0)) + 1 for e in r.roots if e.reward < 0.5 and e.turns
+            _as_int(e.turns[-1].info.get("hops_right"), 0) + 1 for e in r.roots if e.reward < 0.5 and e.turns
         ]
         prompts.append(
             {
