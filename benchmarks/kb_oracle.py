@@ -36,7 +36,8 @@ and both converge to it as K grows. Needs K / 2 >= B.
 Prints a few readable lines, then one JSON line last: ``oracle_objective``, ``oracle_objective_insample``,
 ``trace_objective``, ``random_objective`` (means over trees, with ``*_se``), paired differences with their standard
 errors, ``predictor_spearman_by_depth``, ``predictor_calibration_by_depth``, ``true_success_by_depth``,
-``mc_se_mean``/``mc_se_max``, ``root_success_by_question_depth``, ``first_wrong_hop_by_question_depth``
+``mc_se_mean``/``mc_se_max``, ``root_success_by_question_depth``, ``first_wrong_hop_by_question_depth``,
+``overshoot_share_of_failures_by_question_depth`` (failed roots that called the tool again after the last gold hop)
 (null where undefined: a Spearman of a constant or of fewer than 3 anchors).
 """
 
@@ -173,7 +174,7 @@ def _mean_se(values: Sequence[float]) -> tuple[float, float]:
 
 def summarize(prompts: Sequence[dict[str, Any]], budget: int) -> dict[str, Any]:
     """The oracle's report (module doc) from per-prompt records: ``roots`` (root rewards), ``question_depth``,
-    ``first_wrong_hop`` (per failed root), and ``anchors`` each with ``depth``, ``reward``, ``replays``, ``value`` (the
+    ``first_wrong_hop`` and ``overshoot`` (per failed root, `overshot`), and ``anchors`` each with ``depth``, ``reward``, ``replays``, ``value`` (the
     predictor's V) and ``trace_k``."""
     rows = [tree_objectives(p["anchors"], budget) for p in prompts]
     out: dict[str, Any] = {"trees": len(prompts), "budget_per_tree": budget}
@@ -206,12 +207,14 @@ def summarize(prompts: Sequence[dict[str, Any]], budget: int) -> dict[str, Any]:
     ses = [mc_success(a["replays"])[1] for a in anchors]
     root_by_q: dict[int, list[float]] = {}
     wrong_hop: dict[int, dict[int, int]] = {}
+    over: dict[int, list[bool]] = {}
     for p in prompts:
         d = int(p["question_depth"])
         root_by_q.setdefault(d, []).extend(float(r >= 0.5) for r in p["roots"])
         for h in p["first_wrong_hop"]:
             wrong_hop.setdefault(d, {}).setdefault(int(h), 0)
             wrong_hop[d][int(h)] += 1
+        over.setdefault(d, []).extend(p.get("overshoot", []))
     out.update(
         anchors=len(anchors),
         replays_per_anchor=min((len(a["replays"]) for a in anchors), default=0),
@@ -228,8 +231,20 @@ def summarize(prompts: Sequence[dict[str, Any]], budget: int) -> dict[str, Any]:
         first_wrong_hop_by_question_depth={
             str(d): {str(h): n for h, n in sorted(c.items())} for d, c in sorted(wrong_hop.items())
         },
+        overshoot_share_of_failures_by_question_depth={
+            str(d): float(np.mean(v)) for d, v in sorted(over.items()) if v
+        },
     )
     return out
+
+
+def overshot(turns: Sequence[Any], depth: int) -> bool:
+    """Whether an episode called a tool after its lookups had followed all ``depth`` gold hops (the env's
+    ``hops_right`` reached ``depth``): it went past the answer instead of giving it."""
+    for i, t in enumerate(turns):
+        if _as_int(t.info.get("hops_right"), 0) >= depth:
+            return any(u.info.get("role") == "tool" for u in turns[i + 1 :])
+    return False
 
 
 def _as_int(value: object, default: int) -> int:
@@ -320,15 +335,16 @@ async def sample(
                 }
             )
         depth = _as_int(r.task.metadata.get("depth"), 0)
-        wrong = [
-            _as_int(e.turns[-1].info.get("hops_right"), 0) + 1 for e in r.roots if e.reward < 0.5 and e.turns
-        ]
+        failed = [e for e in r.roots if e.reward < 0.5 and e.turns]
+        wrong = [_as_int(e.turns[-1].info.get("hops_right"), 0) + 1 for e in failed]
+        overshoot = [overshot(e.turns, depth) for e in failed]
         prompts.append(
             {
                 "task": r.task.id,
                 "question_depth": depth,
                 "roots": [float(e.reward) for e in r.roots],
                 "first_wrong_hop": wrong,
+                "overshoot": overshoot,
                 "anchors": anchors,
             }
         )
@@ -439,6 +455,10 @@ def main() -> None:
     )
     print("root pass@1 by question depth: " + json.dumps(summary["root_success_by_question_depth"]))
     print("first wrong hop of failed roots: " + json.dumps(summary["first_wrong_hop_by_question_depth"]))
+    print(
+        "failed roots that looked up past the last gold hop: "
+        + json.dumps(summary["overshoot_share_of_failures_by_question_depth"])
+    )
     print(
         "prefix objective per tree (B = {}): oracle {:.3f} (in-sample {:.3f}), trace {:.3f}, random {:.3f}".format(
             summary["budget_per_tree"],

@@ -7,6 +7,7 @@ import asyncio
 import importlib.util
 from math import comb
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -140,6 +141,9 @@ def test_monte_carlo_success_matches_the_closed_form() -> None:
     # a failed root first left the path at hop h with probability p^(h-1) (1 - p), h = 1..d+1 (d+1: the answer)
     hops = summary["first_wrong_hop_by_question_depth"][str(depth)]
     assert set(hops) <= {"1", "2", "3", "4"} and hops["1"] > hops.get("4", 0)
+    assert summary["overshoot_share_of_failures_by_question_depth"] == {
+        "3": 0.0
+    }  # a bad turn answers at once
     # a constant predictor ranks nothing: its Spearman is undefined at every depth
     assert all(np.isnan(v) for v in summary["predictor_spearman_by_depth"].values())
     # TRACE's k on the roots-only tree spends the budget of N M = 4 replays
@@ -162,6 +166,18 @@ def test_unbiased_power_and_flip_objective_by_hand() -> None:
         "b": [1.0, None],
         "c": {"d": 2},
     }
+
+
+def test_overshoot_is_a_lookup_after_the_last_gold_hop() -> None:
+    def turns(*steps: tuple[str, int]) -> list[SimpleNamespace]:
+        return [SimpleNamespace(info={"role": role, "hops_right": h}) for role, h in steps]
+
+    past = turns(
+        ("tool", 1), ("tool", 2), ("tool", 2), ("user", 2)
+    )  # reached 2 of 2, looked up again, answered
+    assert bench.overshot(past, 2)
+    assert not bench.overshot(turns(("tool", 1), ("tool", 2), ("user", 2)), 2)  # answered (wrongly) at once
+    assert not bench.overshot(turns(("tool", 0), ("tool", 1), ("user", 1)), 2)  # never reached the last hop
 
 
 def test_random_objective_is_the_expectation_over_treepo_draws() -> None:
