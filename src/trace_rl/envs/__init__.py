@@ -1,6 +1,6 @@
 """Agent environments with save points (DESIGN.md section 4): registry of make_env / load_tasks / gold_trajectory.
 
-Names: "math_python", "math_steps", "bfcl", "multihop_qa". Submodules are imported lazily so that importing this package
+Names: "math_python", "math_steps", "bfcl", "multihop_qa", "kb_hops". Submodules are imported lazily so that importing this package
 does not load reasoning-gym, bfcl-eval or bm25s.
 
 A researcher's own environment is named ``"module:factory"`` (the contract of the verl adapter's ``env``): the module
@@ -20,7 +20,7 @@ from trace_rl.envs.base import Env, StepResult, ToolCall, parse_turn
 from trace_rl.errors import DataError
 from trace_rl.types import Task
 
-ENV_NAMES = ("math_python", "math_steps", "bfcl", "multihop_qa")
+ENV_NAMES = ("math_python", "math_steps", "bfcl", "multihop_qa", "kb_hops")
 
 # name -> (module, env class, task loader, gold trajectory function)
 _REGISTRY: dict[str, tuple[str, str, str, str]] = {
@@ -28,6 +28,7 @@ _REGISTRY: dict[str, tuple[str, str, str, str]] = {
     "math_steps": ("trace_rl.envs.math_steps", "MathStepsEnv", "load_step_tasks", "steps_gold_trajectory"),
     "bfcl": ("trace_rl.envs.bfcl", "BfclEnv", "load_bfcl_tasks", "bfcl_gold_trajectory"),
     "multihop_qa": ("trace_rl.envs.multihop_qa", "MultihopQAEnv", "load_qa_tasks", "qa_gold_trajectory"),
+    "kb_hops": ("trace_rl.envs.kb_hops", "KbHopsEnv", "load_kb_tasks", "kb_gold_trajectory"),
 }
 
 
@@ -102,7 +103,7 @@ def make_env(name: str, **kwargs: Any) -> Env:
 def load_tasks(
     name: str, split: str = "train", limit: int | None = None, seed: int = 0, **kwargs: Any
 ) -> list[Task]:
-    """Tasks of an environment. Splits: math_python train/test/eval; math_steps train/test/eval; bfcl train/test/all; multihop_qa train/test/all.
+    """Tasks of an environment. Splits: math_python train/test/eval; math_steps train/test/eval; bfcl train/test/all; multihop_qa train/test/all; kb_hops train/test/eval.
 
     Raises:
         ValueError: unknown name or split.
