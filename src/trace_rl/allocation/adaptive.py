@@ -3,9 +3,10 @@ predictor's measured uncertainty, with a coverage floor and a per-step split bet
 
 TRACE's root objective counts groups that are mixed, ``sum_i 1 - v_i^m_i - (1 - v_i)^m_i`` (Zou et al. 2026,
 arXiv 2606.11119). On the `agentic` preset that objective trained a worse agent than GRPO (docs/results.md), and
-four measured reasons point at its assumptions: the predictor hardly ranks the prompts there (it is treated as
-exact), the objective saturates by m = 5 and so prefers many small groups while GRPO with groups of 8 learned
-best (it ignores group size), selection narrows the training distribution, and replays were worth less than
+four measured suspects point at its assumptions (none yet shown to be the cause): the predictor hardly ranks the
+prompts there (it is treated as exact), the objective saturates by m = 5 and so prefers many small groups while
+GRPO with groups of 8 ended ahead on issue 37's two seeds (it ignores group size; seed 0 on one commit, 397080c,
+had groups of 8 behind), selection narrows the training distribution, and replays were worth less than
 independent rollouts. This module replaces each assumption with a measured quantity (docs/allocation.md,
 "trace_adaptive"):
 
