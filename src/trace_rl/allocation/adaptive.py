@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +62,7 @@ __all__ = [
     "PRIOR_CONCENTRATION",
     "PRIOR_FLIP_RATE",
     "REEXPLORE_STEPS",
+    "SUCCESS_REWARD",
     "UNCAPPED_GROUPS",
     "WINDOW_STEPS",
     "AdaptiveState",
@@ -90,6 +91,8 @@ REEXPLORE_STEPS = 10
 """A step spends its replay share on replays at least once every this many steps (keeps the flip rate measured)."""
 UNCAPPED_GROUPS = 2
 """Without ``max_rollouts``, `adaptive_roots` caps a prompt's rollouts at this many times ``group_size``."""
+SUCCESS_REWARD = 0.5
+"""A root rollout counts as a success for the calibration fit at reward >= this (binary rewards)."""
 COVERAGE = 0.5
 """Default share of a step's active prompts drawn uniformly from the pool (``budget.coverage``)."""
 
@@ -196,25 +199,24 @@ def beta_binomial_loglik(
     Raises:
         ValueError: shapes differ, k outside [0, m], or concentration not > 0.
     """
-    p = np.clip(as_probability_vector(v, "v"), 1e-6, 1 - 1e-6)
+    p, k, n = _outcomes(v, successes, trials)
+    if not concentration > 0:
+        raise ValueError(f"concentration must be > 0 (inf allowed), got {concentration}")
+    return float(_loglik_grid(p, k, n, (concentration,))[0])
+
+
+def _outcomes(
+    v: npt.ArrayLike, successes: npt.ArrayLike, trials: npt.ArrayLike
+) -> tuple[FloatArray, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """(v, k, m) as arrays of one shape, v in [0, 1] and 0 <= k <= m; ValueError otherwise."""
+    p = as_probability_vector(v, "v")
     k = np.asarray(successes, dtype=np.int64)
     n = np.asarray(trials, dtype=np.int64)
     if k.shape != p.shape or n.shape != p.shape:
         raise ValueError("v, successes and trials must have one shape")
     if np.any(k < 0) or np.any(k > n):
         raise ValueError("successes must lie in [0, trials]")
-    if not concentration > 0:
-        raise ValueError(f"concentration must be > 0 (inf allowed), got {concentration}")
-    if math.isinf(concentration):
-        return float(np.sum(k * np.log(p) + (n - k) * np.log1p(-p)))
-    a, b = _beta_params(p, concentration)
-    j = np.arange(int(n.max()) if n.size else 0, dtype=np.float64)[None, :]  # (1, max m)
-    terms = (
-        np.where(j < k[:, None], np.log(a[:, None] + j), 0.0)
-        + np.where(j < (n - k)[:, None], np.log(b[:, None] + j), 0.0)
-        - np.where(j < n[:, None], np.log(a[:, None] + b[:, None] + j), 0.0)
-    )
-    return float(terms.sum())
+    return p, k, n
 
 
 @dataclass(frozen=True)
@@ -262,16 +264,15 @@ def fit_calibration(
     if not (alphas and betas and kappas):
         raise ValueError("every grid must hold at least one value")
     best = (-math.inf, Calibration(0.0, 1.0, PRIOR_CONCENTRATION))
-    n = np.asarray(trials, dtype=np.int64)
+    p, k, n = _outcomes(v, successes, trials)
     keep = n >= 2
-    p = np.asarray(v, dtype=np.float64)[keep]
-    k = np.asarray(successes, dtype=np.int64)[keep]
+    p, k, n = p[keep], k[keep], n[keep]
     if p.size == 0:  # nothing says anything about the predictor: the prior reading
         return best[1]
     for a in alphas:
         for b in betas:
             mu = Calibration(a, b).mean(p)
-            scores = _loglik_grid(mu, k, n[keep], kappas)
+            scores = _loglik_grid(mu, k, n, kappas)
             i = int(np.argmax(scores))
             if scores[i] > best[0] + 1e-9:
                 best = (float(scores[i]), Calibration(a, b, float(kappas[i])))
@@ -318,13 +319,11 @@ def fit_concentration(
     """
     if not grid:
         raise ValueError("grid must hold at least one concentration")
-    n = np.asarray(trials, dtype=np.int64)
+    p, k, n = _outcomes(v, successes, trials)
     keep = n >= 2
-    p = np.asarray(v, dtype=np.float64)[keep]
-    k = np.asarray(successes, dtype=np.int64)[keep]
-    scores = [beta_binomial_loglik(p, k, n[keep], c) for c in grid]
-    best = max(scores)
-    return float(grid[next(i for i, s in enumerate(scores) if s >= best - 1e-9)])
+    scores = _loglik_grid(p[keep], k[keep], n[keep], grid)
+    best = float(scores.max())
+    return float(grid[int(np.flatnonzero(scores >= best - 1e-9)[0])])
 
 
 def allocate_table(
@@ -457,6 +456,25 @@ class AdaptiveState:
         if sum(t >= 2 for t in n) < MIN_WINDOW_PROMPTS:  # prompts with one trial say nothing about kappa
             return Calibration()
         return fit_calibration(v, k, n)
+
+    def observe_rewards(
+        self,
+        v: npt.ArrayLike,
+        root_rewards: Sequence[Sequence[float]],
+        *,
+        replays: int,
+        flips: int,
+        estimates_used: bool,
+    ) -> None:
+        """`observe` from each active prompt's root rewards: a root succeeds at reward >= `SUCCESS_REWARD`."""
+        self.observe(
+            v,
+            [sum(float(r) >= SUCCESS_REWARD for r in rewards) for rewards in root_rewards],
+            [len(rewards) for rewards in root_rewards],
+            replays=replays,
+            flips=flips,
+            estimates_used=estimates_used,
+        )
 
     def concentration(self) -> float:
         """kappa of `calibration`."""

@@ -75,10 +75,12 @@ def out_of_fold(
     fold = rng.permutation(len(prompts)) % folds
     target = np.asarray([np.mean(r) for r in rewards], dtype=np.float64)
     est = np.zeros(len(prompts), dtype=np.float64)
+    texts: list[str] = []
     for f in range(folds):
         predictor = build_predictor(name, seed=seed)
-        limit = int(getattr(predictor, "max_chars", 2048))
-        texts = [serialize_anchor(p, [], max_chars=limit) for p in prompts]
+        if not texts:  # every fold's predictor has the same serialization budget
+            limit = int(getattr(predictor, "max_chars", 2048))
+            texts = [serialize_anchor(p, [], max_chars=limit) for p in prompts]
         train = np.flatnonzero(fold != f)
         test = np.flatnonzero(fold == f)
         predictor.update(

@@ -58,16 +58,16 @@ def tree_flips(tree: RolloutTree) -> tuple[int, int]:
 
 def _observe(state: AdaptiveState, res: StepResult) -> None:
     """Feed one lab step's outcomes to ``state`` as `trace_rl.train.selection.observe_adaptive` does in training."""
-    v, wins, trials = [], [], []
+    v, rewards = [], []
     replays = flips = 0
     for i, tree in zip(res.prompts.tolist(), res.trees, strict=True):
-        rewards = [float(tree.reward[int(p[-1])]) for p in tree.paths() if not tree.is_replay[int(p[-1])]]
         v.append(float(res.v[i]))
-        wins.append(sum(r >= 0.5 for r in rewards))
-        trials.append(len(rewards))
+        rewards.append(
+            [float(tree.reward[int(p[-1])]) for p in tree.paths() if not tree.is_replay[int(p[-1])]]
+        )
         r, f = tree_flips(tree)
         replays, flips = replays + r, flips + f
-    state.observe(v, wins, trials, replays=replays, flips=flips, estimates_used=True)
+    state.observe_rewards(v, rewards, replays=replays, flips=flips, estimates_used=True)
 
 
 def _with_state(state: AdaptiveState) -> RootStrategy:

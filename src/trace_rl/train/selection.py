@@ -121,14 +121,13 @@ def observe_adaptive(
     *,
     estimates_used: bool,
 ) -> None:
-    """Hand one step's outcomes to `trace_adaptive`'s state: each active prompt's estimate, root successes
-    (reward >= 1/2) and root count, and the step's replays with how many flipped (``replay_flips_depth_*``)."""
+    """Hand one step's outcomes to `trace_adaptive`'s state (`AdaptiveState.observe_rewards`): each active
+    prompt's estimate and root rewards, and the step's replays with how many flipped (``replay_flips_depth_*``)."""
     index = {t.id: i for i, t in enumerate(pool)}
     rows = [r for r in generated if r.roots]
-    state.observe(
+    state.observe_rewards(
         [float(v[index[r.task.id]]) for r in rows],
-        [sum(float(e.reward) >= 0.5 for e in r.roots) for r in rows],
-        [len(r.roots) for r in rows],
+        [[float(e.reward) for e in r.roots] for r in rows],
         replays=int(record["replays"]),
         flips=int(sum(x for k, x in record.items() if k.startswith("replay_flips_depth_"))),
         estimates_used=estimates_used,

@@ -192,15 +192,15 @@ def training_step(
         plan_active = sum(len(r.roots) > 0 for r in generated)
     else:
         t0 = time.perf_counter()
-        if used.adaptive and parts.adaptive is None:
+        plan: RootPlan
+        if not used.adaptive:
+            plan = used.roots(v, shape, rng)
+        elif parts.adaptive is None:
             raise ValueError(f"method {used.name} needs StepParts.adaptive, the run's AdaptiveState")
-        plan: RootPlan = (
-            adaptive_roots(
+        else:
+            plan = adaptive_roots(
                 v, shape, rng, parts.adaptive, coverage=parts.coverage, normalize_std=parts.normalize_std
             )
-            if used.adaptive and parts.adaptive is not None
-            else used.roots(v, shape, rng)
-        )
         # local budgets in the allocator's units: replays, or integer cost units (token accounting, fresh anchor)
         budgets = [
             prefix_budget(float(x), shape.replay_cost, method=used, accounting=parts.accounting)[0]
