@@ -139,45 +139,139 @@ def test_allocate_table_is_exact(seed: int) -> None:
     assert table[np.arange(p), m].sum() == pytest.approx(best)
 
 
-def test_adaptive_roots_prefers_large_groups_and_covers() -> None:
-    v = np.full(48, 0.5)
-    plan = adaptive_roots(v, SHAPE, np.random.default_rng(0), AdaptiveState(), coverage=0.5)
-    # equal estimates: the value of (m - 1) P_mix prefers groups at the cap; 6 x 8 spend the 48 of an all-roots step
-    assert plan.info["replays_on"] == 0.0 and sorted(plan.rollouts[plan.rollouts > 0].tolist()) == [8] * 6
-    assert plan.info["covered"] == 3.0 and plan.info["kappa"] == PRIOR_CONCENTRATION
-    assert plan.replay_budget.sum() == 0
+def _ranked_state(seed: int = 0) -> AdaptiveState:
+    """A state whose window shows estimates that rank: outcomes drawn from Binomial(8, v) at the estimate v."""
+    rng = np.random.default_rng(seed)
+    st = AdaptiveState()
+    for _ in range(3):
+        v = rng.uniform(0.02, 0.98, 12)
+        st.observe(v, rng.binomial(8, v), np.full(12, 8), replays=0, flips=0, estimates_used=True)
+    assert st.calibration().ranks
+    return st
+
+
+def test_adaptive_roots_is_grpo_until_the_predictor_ranks() -> None:
+    from trace_rl.allocation import grpo_roots
+
+    v = np.random.default_rng(5).uniform(0.0, 1.0, 48)
+    # no outcomes yet (the prior reading ranks nothing): GRPO's plan, drawn exactly as GRPO draws it
+    plan = adaptive_roots(v, SHAPE, np.random.default_rng(7), AdaptiveState())
+    grpo = grpo_roots(v, SHAPE, np.random.default_rng(7))
+    assert plan.rollouts.tolist() == grpo.rollouts.tolist() and plan.replay_budget.sum() == 0
+    assert plan.info["ranks"] == 0.0 and plan.info["replays_on"] == 0.0 and plan.method == "trace_adaptive"
+    # outcomes the estimates do not predict: still GRPO's plan, whatever the flip rate
+    rng = np.random.default_rng(3)
+    st = AdaptiveState()
+    for _ in range(5):
+        st.observe(
+            rng.uniform(0.05, 0.95, 12),
+            rng.binomial(8, 0.4, 12),
+            np.full(12, 8),
+            replays=8,
+            flips=8,
+            estimates_used=True,
+        )
+    assert not st.calibration().ranks
+    plan = adaptive_roots(v, SHAPE, np.random.default_rng(7), st)
+    assert plan.rollouts.tolist() == grpo.rollouts.tolist() and plan.info["replays_on"] == 0.0
+
+
+def test_adaptive_roots_with_a_ranking_predictor_selects_and_covers() -> None:
+    st = _ranked_state()
     # a decided prompt is skipped unless the coverage floor draws it
     v2 = np.concatenate([np.full(40, 0.999), np.full(8, 0.5)])
-    plan2 = adaptive_roots(v2, SHAPE, np.random.default_rng(1), AdaptiveState(), coverage=0.0)
-    assert set(np.flatnonzero(plan2.rollouts)) <= set(range(40, 48))
+    plan2 = adaptive_roots(v2, SHAPE, np.random.default_rng(1), st, coverage=0.0)
+    assert plan2.info["ranks"] == 1.0 and set(np.flatnonzero(plan2.rollouts)) <= set(range(40, 48))
+    # the floor: ceil(coverage * A) of the A active prompts are uniform draws and must be active
+    plan = adaptive_roots(v2, SHAPE, np.random.default_rng(1), st, coverage=0.5)
+    active = int(np.count_nonzero(plan.rollouts))
+    assert plan.info["covered"] == math.ceil(0.5 * active)
+    assert np.count_nonzero(plan.rollouts[:40]) >= 2  # uniform draws land mostly among the 40 decided prompts
+    # the "dof" objective prefers groups at the cap; "mixed" (the paper's) many small ones at equal estimates
+    v = np.full(48, 0.5)
+    dof = adaptive_roots(v, SHAPE, np.random.default_rng(0), st, coverage=0.0, objective="dof")
+    assert dof.info["replays_on"] == 0.0 and sorted(dof.rollouts[dof.rollouts > 0].tolist()) == [8] * 6
+    mixed = adaptive_roots(v, SHAPE, np.random.default_rng(0), st, coverage=0.0)
+    assert mixed.rollouts.max() <= 4 and np.count_nonzero(mixed.rollouts) == SHAPE.batch_size
     with pytest.raises(ValueError, match="coverage"):
-        adaptive_roots(v, SHAPE, np.random.default_rng(0), AdaptiveState(), coverage=1.5)
+        adaptive_roots(v, SHAPE, np.random.default_rng(0), st, coverage=1.5)
+    with pytest.raises(ValueError, match="objective"):
+        adaptive_roots(v, SHAPE, np.random.default_rng(0), st, objective="best")
 
 
-def test_adaptive_roots_coverage_draws_uniform_prompts() -> None:
-    # coverage 1: every active prompt is a uniform draw, so decided prompts get trained on as often as the others
-    v = np.concatenate([np.full(24, 0.999), np.full(24, 0.5)])
-    hits = np.zeros(48)
-    for s in range(40):
-        plan = adaptive_roots(v, SHAPE, np.random.default_rng(s), AdaptiveState(), coverage=1.0)
-        hits += plan.rollouts > 0
-    assert abs(hits[:24].sum() - hits[24:].sum()) / hits.sum() < 0.1
+def test_adaptive_roots_matches_the_paper_for_a_sharp_predictor() -> None:
+    from trace_rl.allocation import allocate_roots, mixed_probability
+
+    st = _ranked_state()
+    cal = st.calibration()
+    assert 0.5 <= cal.beta <= 1.5 and cal.kappa >= 30  # estimates borne out: near the identity, confident
+    v = np.random.default_rng(2).uniform(0.0, 1.0, 48)
+    shape = BudgetShape(roots=32, continuations=0, group_size=4, min_rollouts=2, max_rollouts=8)
+    plan = adaptive_roots(v, shape, np.random.default_rng(0), st, coverage=0.0)
+    mean = cal.mean(v)
+    paper = allocate_roots(
+        mean, shape.flat_rollouts, min_rollouts=2, max_rollouts=8, max_active=shape.batch_size
+    )
+    ours = sum(float(mixed_probability(mean[i : i + 1], int(m))[0]) for i, m in enumerate(plan.rollouts))
+    best = sum(float(mixed_probability(mean[i : i + 1], int(m))[0]) for i, m in enumerate(paper))
+    if math.isinf(cal.kappa):
+        assert ours == pytest.approx(best, abs=1e-9)  # the exact objective, the paper's optimum
+    else:
+        assert ours >= 0.97 * best  # a finite kappa shrinks the values, not the ranking
+
+
+def test_replay_gain_by_hand() -> None:
+    from trace_rl.allocation.adaptive import _replay_gain
+
+    table = np.array([[0.0, 0.0, 0.5, 0.75], [0.0, 0.0, 0.2, 0.3], [0.0, 0.0, 0.9, 0.95]])
+    m = np.array([3, 2, 0])
+    r = np.array([3, 2, 0])
+    # mixed: (1 - 0.75)(1 - 0.5^3) + (1 - 0.2)(1 - 0.5^2) = 0.25 * 0.875 + 0.8 * 0.75
+    assert _replay_gain(table, m, r, 0.5, "mixed") == pytest.approx(0.21875 + 0.6)
+    assert _replay_gain(table, m, r, 0.5, "dof") == pytest.approx(2.5)
+    assert _replay_gain(table, m, r, 0.0, "mixed") == 0.0
 
 
 def test_adaptive_roots_split_follows_the_flip_rate() -> None:
-    v = np.full(48, 0.5)
-    flips = AdaptiveState()
+    v = np.random.default_rng(4).uniform(0.0, 1.0, 48)
+    flips = _ranked_state()
     flips.observe([], [], [], replays=32, flips=32, estimates_used=False)  # every replay flipped
     plan = adaptive_roots(v, SHAPE, np.random.default_rng(0), flips)
     assert plan.info["replays_on"] == 1.0 and plan.root_rollouts == SHAPE.roots
     assert SHAPE.spent(plan.root_rollouts, plan.replay_budget.sum()) == pytest.approx(SHAPE.total)
-    none = AdaptiveState()
+    none = _ranked_state()
     none.observe([], [], [], replays=32, flips=0, estimates_used=False)
     assert adaptive_roots(v, SHAPE, np.random.default_rng(0), none).info["replays_on"] == 0.0
     # without replays for REEXPLORE_STEPS - 1 steps, the next step replays again to re-measure the flip rate
     for _ in range(REEXPLORE_STEPS - 1):
         none.observe([], [], [], replays=0, flips=0, estimates_used=False)
     assert adaptive_roots(v, SHAPE, np.random.default_rng(0), none).info["replays_on"] == 1.0
+
+
+def test_ranking_test_by_hand() -> None:
+    from trace_rl.allocation.adaptive import (
+        ALPHA_GRID,
+        BETA_GRID,
+        RANKING_CRITICAL,
+        Calibration,
+        fit_calibration,
+    )
+
+    rng = np.random.default_rng(1)
+    v = rng.uniform(0.05, 0.95, 40)
+    k, n = rng.binomial(4, v), np.full(40, 4)
+    cal = fit_calibration(v, k, n)
+    full = beta_binomial_loglik(cal.mean(v), k, n, cal.kappa)
+    null = max(
+        beta_binomial_loglik(Calibration(a, 0.0).mean(v), k, n, kappa)
+        for a in ALPHA_GRID
+        for kappa in KAPPA_GRID
+    )
+    assert cal.ranking_lr == pytest.approx(2 * (full - null), abs=1e-6) and cal.ranks
+    assert 0.0 in BETA_GRID and RANKING_CRITICAL == pytest.approx(2.706, abs=1e-3)
+    # the same outcomes against shuffled estimates: no ranking in most draws (the test's size is 5%)
+    shuffled = [fit_calibration(rng.permutation(v), k, n).ranks for _ in range(40)]
+    assert sum(shuffled) <= 8
 
 
 def test_adaptive_state_window_and_round_trip() -> None:
@@ -220,24 +314,9 @@ def test_fit_calibration_reads_ranking_and_confidence() -> None:
     assert Calibration().mean([0.3]).tolist() == pytest.approx([0.3])  # the identity
 
 
-def test_uninformative_calibration_makes_allocation_uniform() -> None:
-    # after a window of outcomes that the estimates do not predict, the allocation stops following v
-    rng = np.random.default_rng(3)
-    st = AdaptiveState()
-    for _ in range(5):
-        v = rng.uniform(0.05, 0.95, 12)
-        st.observe(v, rng.binomial(8, 0.4, 12), np.full(12, 8), replays=0, flips=0, estimates_used=True)
-    assert st.calibration().beta <= 0.25
-    v = np.concatenate([np.full(24, 0.02), np.full(24, 0.5)])  # the predictor says half the pool is decided
-    hits = np.zeros(48)
-    for s in range(20):
-        hits += adaptive_roots(v, SHAPE, np.random.default_rng(s), st, coverage=0.0).rollouts > 0
-    assert 0.3 < hits[:24].sum() / hits.sum() < 0.7
-
-
 def test_no_continuations_never_replays() -> None:
     shape = BudgetShape(roots=64, continuations=0, group_size=8, max_rollouts=12)  # the demo preset's shape
-    st = AdaptiveState()
+    st = _ranked_state()
     for _ in range(2 * REEXPLORE_STEPS):
         plan = adaptive_roots(np.full(64, 0.5), shape, np.random.default_rng(0), st)
         assert plan.info["replays_on"] == 0.0 and plan.replay_budget.sum() == 0 and plan.root_rollouts == 64

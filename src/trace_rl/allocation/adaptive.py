@@ -1,45 +1,36 @@
-"""`trace_adaptive` (ours, issue 58): root allocation that values what the policy update uses, under the
-predictor's measured uncertainty, with a coverage floor and a per-step split between roots and replays.
+"""`trace_adaptive` (ours, issue 58): GRPO's allocation until the run has measured that its predictor ranks
+prompts, then TRACE's root objective under the predictor's measured uncertainty, with a coverage floor and a
+per-step split between roots and replays.
 
 TRACE's root objective counts groups that are mixed, ``sum_i 1 - v_i^m_i - (1 - v_i)^m_i`` (Zou et al. 2026,
-arXiv 2606.11119). On the `agentic` preset that objective trained a worse agent than GRPO (docs/results.md), and
-four measured suspects point at its assumptions (none yet shown to be the cause): the predictor hardly ranks the
-prompts there (it is treated as exact), the objective saturates by m = 5 and so prefers many small groups while
-GRPO with groups of 8 ended ahead on issue 37's two seeds (it ignores group size; seed 0 on one commit, 397080c,
-had groups of 8 behind), selection narrows the training distribution, and replays were worth less than
-independent rollouts. This module replaces each assumption with a measured quantity (docs/allocation.md,
-"trace_adaptive"):
+arXiv 2606.11119), and treats the estimates v_i as the truth. On the `agentic` preset every method that selects
+prompts trained a worse agent than GRPO (docs/results.md); its predictor there hardly ranks prompts (out-of-fold
+Spearman 0.10), while on the demo it ranks (0.69) and selection pays. This module selects only where the run's own
+outcomes show that the estimates rank (docs/allocation.md, "trace_adaptive"):
 
-1. **What a group is worth to the update.** With GRPO's normalisation a mixed group of m rollouts has
-   ``sum_i A_i^2 = m - 1`` exactly (unbiased std, eps aside) and an unmixed one 0, so the expected squared-advantage
-   mass of a prompt is ``(m - 1) P_mix(v, m)``: the contrastive degrees of freedom the group adds to the gradient
-   (one is spent on its own baseline). Without the std division (Dr. GRPO) it is
-   ``E[sum_i (r_i - mean r)^2] = (m - 1) v (1 - v)``. The value per rollout, ``(m - 1)/m E[P_mix]``, rises with m
-   for every v and kappa, so the exact solve gives every prompt it picks the cap (``max_rollouts``) and picks the
-   budget / cap prompts of highest value: group size is set by the cap, the choice of prompts by the value. It
-   still skips prompts it is sure are decided.
-2. **The predictor's uncertainty.** A prompt's true success is modelled as ``v ~ Beta(kappa v_hat,
-   kappa (1 - v_hat))`` around the estimate, and the value above is its expectation (closed form: for integer m,
-   ``E[v^m] = prod_{j<m} (a + j) / (a + b + j)``), with the estimate first recalibrated, ``v_hat =
-   sigmoid(alpha + beta logit v)``. (alpha, beta, kappa) are fitted by maximum likelihood of the beta-binomial
-   outcomes the predictor's estimates met on recent steps (`fit_calibration`): a predictor whose estimates are
-   borne out gets the identity and a large kappa (the exact objective); an under-confident one that ranks well
-   gets beta > 1 (its estimates stretched); one that ranks nothing gets beta near 0, every prompt at the base
-   rate, which makes the allocation uniform over prompts.
-3. **A coverage floor.** A share ``coverage`` of the prompts a step trains on (rounded up) is drawn uniformly at
-   random from the pool and must be active, so selection cannot narrow the training distribution
-   (`adaptive_roots`); the step trains on as many prompts as the objective chose without the floor.
-4. **Roots or replays, per step.** A replay that flips its rollout's ending adds one contrastive degree of
-   freedom (its sibling pair) for ``replay_cost``; one more root adds the root objective's marginal value. The
-   step spends its replay share on replays only when the recent flips per replay (`AdaptiveState`) make
-   ``U(M roots) + flips * replays`` exceed ``U(all-roots budget)``; otherwise the whole budget buys roots. A step
-   with replays is forced every ``REEXPLORE_STEPS`` steps so that the flip rate stays measured.
+1. **A ranking test.** The estimates are recalibrated, ``mu = sigmoid(alpha + beta logit v)``, and a prompt's
+   success modelled as ``u ~ Beta(kappa mu, kappa (1 - mu))``; (alpha, beta, kappa) maximise the beta-binomial
+   likelihood of the root outcomes of the last `WINDOW_STEPS` steps (`fit_calibration`). The likelihood-ratio
+   statistic against beta = 0 (`Calibration.ranking_lr`) must reach `RANKING_CRITICAL`; until it does, the step
+   takes GRPO's plan (`grpo_roots`: uniform prompts, ``group_size`` roots each, no replays).
+2. **The paper's objective in expectation.** Once it ranks, ``max sum_i E_u[P_mix(u_i, m_i)]`` (closed form: for
+   integer m, ``E[u^m] = prod_{j<m} (a + j) / (a + b + j)``), solved exactly with a cardinality limit
+   (`allocate_table`); kappa = inf with the identity is the paper's allocation. The alternative ``"dof"``
+   objective values a group by the squared-advantage mass GRPO's update gets from it, ``(m - 1) E[P_mix]``
+   (`contrastive_value`); it is not the default (docs/allocation.md says why).
+3. **A coverage floor.** A share ``coverage`` of the prompts a selecting step trains on (rounded up) is drawn
+   uniformly at random from the pool and must be active, so selection cannot narrow the training distribution.
+4. **Roots or replays, per step.** A replay turns an unmixed tree mixed when its ending flips; with the recent
+   flips per replay (`AdaptiveState`) the split's value is its roots' plus `_replay_gain`, against the value of
+   spending the whole budget on roots; a step with replays is forced every ``REEXPLORE_STEPS`` steps so that the
+   flip rate stays measured.
 
 Pure numpy; the trainer owns one `AdaptiveState` per run and checkpoints it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -59,8 +50,10 @@ __all__ = [
     "COVERAGE",
     "KAPPA_GRID",
     "MIN_WINDOW_PROMPTS",
+    "OBJECTIVES",
     "PRIOR_CONCENTRATION",
     "PRIOR_FLIP_RATE",
+    "RANKING_CRITICAL",
     "REEXPLORE_STEPS",
     "SUCCESS_REWARD",
     "UNCAPPED_GROUPS",
@@ -93,8 +86,14 @@ UNCAPPED_GROUPS = 2
 """Without ``max_rollouts``, `adaptive_roots` caps a prompt's rollouts at this many times ``group_size``."""
 SUCCESS_REWARD = 0.5
 """A root rollout counts as a success for the calibration fit at reward >= this (binary rewards)."""
-COVERAGE = 0.5
+COVERAGE = 0.25
 """Default share of a step's active prompts drawn uniformly from the pool (``budget.coverage``)."""
+RANKING_CRITICAL = 2.706
+"""`Calibration.ranks` threshold on the likelihood-ratio statistic for beta > 0 against beta = 0: the 5% point of
+the null distribution ``1/2 chi2_0 + 1/2 chi2_1`` (beta is constrained to >= 0, a boundary; Self and Liang 1987)."""
+OBJECTIVES = ("mixed", "dof")
+"""Root objectives of `adaptive_roots`: the expected mixed groups (the paper's, under the posterior) or the
+expected squared-advantage mass (`contrastive_value`)."""
 
 
 # ------------------------------------------------------------------------------------------------ the math
@@ -228,6 +227,14 @@ class Calibration:
     alpha: float = 0.0
     beta: float = 1.0
     kappa: float = PRIOR_CONCENTRATION
+    ranking_lr: float = 0.0
+    """Likelihood-ratio statistic of the fit against the same fit with beta = 0 (the estimates carry no ranking):
+    ``2 (max loglik - max loglik at beta = 0)``; 0 when nothing was fitted."""
+
+    @property
+    def ranks(self) -> bool:
+        """Whether the outcomes show that the estimates rank prompts: ``ranking_lr >= RANKING_CRITICAL``."""
+        return self.ranking_lr >= RANKING_CRITICAL
 
     def mean(self, v: npt.ArrayLike) -> FloatArray:
         """The calibrated success estimate of each v, float64 of v's shape, in (0, 1)."""
@@ -269,14 +276,19 @@ def fit_calibration(
     p, k, n = p[keep], k[keep], n[keep]
     if p.size == 0:  # nothing says anything about the predictor: the prior reading
         return best[1]
+    null = -math.inf  # the best fit with beta = 0: every prompt at the base rate sigmoid(alpha)
     for a in alphas:
         for b in betas:
             mu = Calibration(a, b).mean(p)
             scores = _loglik_grid(mu, k, n, kappas)
             i = int(np.argmax(scores))
+            if b == 0.0:
+                null = max(null, float(scores[i]))
             if scores[i] > best[0] + 1e-9:
                 best = (float(scores[i]), Calibration(a, b, float(kappas[i])))
-    return best[1]
+    if math.isinf(null):  # a grid without beta = 0: the statistic is taken against the constant base rate
+        null = max(float(_loglik_grid(Calibration(a, 0.0).mean(p), k, n, kappas).max()) for a in alphas)
+    return dataclasses.replace(best[1], ranking_lr=max(0.0, 2.0 * (best[0] - null)))
 
 
 def _loglik_grid(
@@ -517,30 +529,65 @@ def adaptive_roots(
     *,
     coverage: float = COVERAGE,
     normalize_std: bool = True,
+    objective: str = "mixed",
 ) -> RootPlan:
-    """`trace_adaptive`'s root allocation (module docstring): kappa from ``state``, the contrastive value table,
-    the coverage floor, and the choice between the paper's split (M roots + N m_i replays each) and spending the
-    whole step budget on roots.
+    """`trace_adaptive`'s root allocation (module docstring): GRPO's plan until the run's outcomes show that the
+    predictor ranks prompts, then the exact allocation under the calibrated posterior with a coverage floor and the
+    per-step choice between the paper's split (M roots + N m_i replays each) and spending the whole budget on roots.
 
-    Both candidate plans are solved exactly (`allocate_table`) with at most ``shape.batch_size`` active prompts,
-    m_i in {0} U [min_rollouts, max_rollouts]; the coverage floor then solves again with the same number A of
-    active prompts as that solution, ``ceil(coverage * A)`` of them drawn uniformly from the pool and forced
-    active. ``plan.info`` holds
-    ``kappa``, ``replays_on`` (1/0), ``flip_rate``, ``value_split``, ``value_roots`` and ``covered``.
+    1. ``state.calibration()``; if it does not rank (`Calibration.ranks`: too few outcomes, or the
+       likelihood-ratio test of beta > 0 fails), the plan is `grpo_roots`' (``batch_size`` uniform prompts,
+       ``group_size`` roots each, no replays), drawn from ``rng`` exactly as GRPO draws it.
+    2. Otherwise the value table (``objective``: ``"mixed"``, ``E[P_mix(u, m)]``, or ``"dof"``,
+       `contrastive_value`) of the calibrated means, m up to ``max_rollouts`` (``UNCAPPED_GROUPS * group_size``
+       without it), is solved exactly (`allocate_table`) for both candidate budgets with at most ``batch_size``
+       active prompts, m_i in {0} U [min_rollouts, cap]; the coverage floor then solves again with the same number
+       A of active prompts, ``ceil(coverage * A)`` of them drawn uniformly from the pool and forced active.
+    3. The split replays when its value beats the all-roots plan's (`_replay_gain`) or when the run has not
+       replayed for ``REEXPLORE_STEPS`` steps.
+
+    ``plan.info`` holds ``ranks`` (1/0), ``ranking_lr``, ``kappa``, ``calibration_alpha``, ``calibration_beta``,
+    ``replays_on`` (1/0), ``flip_rate``, ``value_split``, ``value_roots`` and ``covered`` (the last three 0 on
+    GRPO's plan).
 
     Raises:
-        ValueError: bad v, coverage outside [0, 1], or a budget the limits cannot place.
+        ValueError: bad v, coverage outside [0, 1], an unknown objective, or a budget the limits cannot place.
     """
     probs = as_probability_vector(v, "v")
     if not 0.0 <= coverage <= 1.0:
         raise ValueError(f"coverage must lie in [0, 1], got {coverage}")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     p = probs.shape[0]
     cal = state.calibration()
-    kappa = cal.kappa
+    rate = state.flip_rate()
+    info = {
+        "ranks": float(cal.ranks),
+        "ranking_lr": cal.ranking_lr,
+        "kappa": cal.kappa,
+        "calibration_alpha": cal.alpha,
+        "calibration_beta": cal.beta,
+        "replays_on": 0.0,
+        "flip_rate": rate,
+        "value_split": 0.0,
+        "value_roots": 0.0,
+        "covered": 0.0,
+    }
+    if not cal.ranks:
+        from trace_rl.allocation.strategies import grpo_roots  # strategies imports this module
+
+        uniform = grpo_roots(probs, shape, rng)
+        return RootPlan(uniform.rollouts, uniform.replay_budget, method="trace_adaptive", info=info)
     flat = shape.flat_rollouts
-    # the value is linear in m once a group is mixed: without a cap it would put the whole budget on one prompt
+    # the "dof" value is linear in m once a group is mixed: without a cap it would put the budget on one prompt
     cap = min(shape.max_rollouts or UNCAPPED_GROUPS * shape.group_size, flat)
-    table = contrastive_value(cal.mean(probs), cap, kappa, normalize_std=normalize_std)
+    mean = cal.mean(probs)
+    if objective == "dof":
+        table = contrastive_value(mean, cap, cal.kappa, normalize_std=normalize_std)
+    else:
+        table = np.zeros((p, cap + 1), dtype=np.float64)
+        for size in range(2, cap + 1):
+            table[:, size] = expected_mixed_probability(mean, size, cal.kappa)
     order = rng.permutation(p)  # uniform draws for the floor; also the tie order among equal prompts
 
     def solve(budget: int) -> tuple[IntArray, float, int]:
@@ -558,21 +605,30 @@ def adaptive_roots(
 
     m_split, u_split, cov_split = solve(shape.roots)
     m_roots, u_roots, cov_roots = solve(flat)
-    rate = state.flip_rate()
-    replays = shape.continuations * shape.roots
-    value_split = u_split + rate * replays
+    replays = shape.continuations * m_split
+    value_split = u_split + _replay_gain(table, m_split, replays, rate, objective)
     # no replays to buy (N = 0, e.g. the demo preset): the two plans are the same all-roots plan
-    on = replays > 0 and (value_split > u_roots or state.since_replays + 1 >= REEXPLORE_STEPS)
+    on = bool(replays.sum() > 0) and (value_split > u_roots or state.since_replays + 1 >= REEXPLORE_STEPS)
     m = m_split if on else m_roots
+    info.update(
+        replays_on=float(on),
+        value_split=value_split,
+        value_roots=u_roots,
+        covered=float(cov_split if on else cov_roots),
+    )
     budget = m.astype(np.float64) * (shape.continuations if on else 0)
-    info = {
-        "kappa": kappa,
-        "calibration_alpha": cal.alpha,
-        "calibration_beta": cal.beta,
-        "replays_on": float(on),
-        "flip_rate": rate,
-        "value_split": value_split,
-        "value_roots": u_roots,
-        "covered": float(cov_split if on else cov_roots),
-    }
     return RootPlan(rollouts=m, replay_budget=budget, method="trace_adaptive", info=info)
+
+
+def _replay_gain(table: FloatArray, m: IntArray, replays: IntArray, rate: float, objective: str) -> float:
+    """Expected value the split plan's replays add, in the objective's units, at ``rate`` flips per replay:
+
+    - ``"mixed"``: a replay can only turn an unmixed tree mixed, so ``sum_i (1 - E[P_mix_i(m_i)]) (1 - (1 -
+      rate)^r_i)`` with r_i = ``replays[i]`` (each replay flips independently);
+    - ``"dof"``: a flip adds one contrastive degree of freedom (its sibling pair), ``rate * sum_i r_i``.
+    """
+    if objective == "dof":
+        return float(rate * replays.sum())
+    mixed = table[np.arange(m.shape[0]), m]
+    active = m > 0
+    return float(np.sum((1.0 - mixed[active]) * (1.0 - (1.0 - rate) ** replays[active])))

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from trace_rl.allocation import METHODS, AdaptiveState, BudgetShape, RootStrategy, adaptive_roots
+from trace_rl.allocation.adaptive import COVERAGE
 from trace_rl.lab.claims import POOL_FACTOR, SHAPES, _make_predictor
 from trace_rl.lab.simulator import TaskFamily, sample_pool
 from trace_rl.lab.step import StepResult, method_step
@@ -36,7 +37,9 @@ FloatArray = npt.NDArray[np.float64]
 
 __all__ = ["ADAPTIVE_ARMS", "AdaptiveLabResult", "contrastive_dof", "run_adaptive_lab", "tree_flips"]
 
-ADAPTIVE_ARMS = ("grpo", "trace", "trace_adaptive")
+ADAPTIVE_ARMS = ("grpo", "trace", "trace_adaptive", "trace_adaptive_dof")
+"""Arms of `run_adaptive_lab`: ``trace_adaptive_dof`` is `trace_adaptive` with the ``"dof"`` root objective."""
+STATEFUL = {"trace_adaptive": "mixed", "trace_adaptive_dof": "dof"}
 METRICS = ("effective_ratio", "mixed_groups", "contrastive_dof")
 
 
@@ -70,11 +73,11 @@ def _observe(state: AdaptiveState, res: StepResult) -> None:
     state.observe_rewards(v, rewards, replays=replays, flips=flips, estimates_used=True)
 
 
-def _with_state(state: AdaptiveState) -> RootStrategy:
-    """`adaptive_roots` bound to one run's state, as a `RootStrategy`."""
+def _with_state(state: AdaptiveState, objective: str, coverage: float) -> RootStrategy:
+    """`adaptive_roots` bound to one run's state, objective and coverage, as a `RootStrategy`."""
 
     def roots(v: FloatArray, shape: BudgetShape, rng: np.random.Generator) -> RootPlan:
-        return adaptive_roots(v, shape, rng, state)
+        return adaptive_roots(v, shape, rng, state, coverage=coverage, objective=objective)
 
     return roots
 
@@ -103,9 +106,10 @@ def run_adaptive_lab(
     seeds: int = 5,
     steps: int = 20,
     family: TaskFamily | None = None,
+    coverage: float = COVERAGE,
 ) -> AdaptiveLabResult:
     """Run `ADAPTIVE_ARMS` for ``steps`` steps on common pools per seed (pool j of seed s drawn from
-    (s, j)), one `AdaptiveState` per (seed, predictor) for ``trace_adaptive``.
+    (s, j)), one `AdaptiveState` per (seed, predictor, stateful arm), the stateful arms at ``coverage``.
 
     Raises:
         ValueError: seeds or steps < 1, an unknown shape or predictor.
@@ -125,16 +129,21 @@ def run_adaptive_lab(
     }
     for pi, spec in enumerate(predictors):
         for s in range(seeds):
-            state = AdaptiveState()
-            stateful = dataclasses.replace(METHODS["trace_adaptive"], roots=_with_state(state))
+            states = {arm: AdaptiveState() for arm in STATEFUL}
+            stateful = {
+                arm: dataclasses.replace(
+                    METHODS["trace_adaptive"], roots=_with_state(states[arm], objective, coverage)
+                )
+                for arm, objective in STATEFUL.items()
+            }
             for j in range(steps):
                 pool = sample_pool(fam, size, np.random.default_rng((s, j, size)))
                 for arm in ADAPTIVE_ARMS:
-                    method = stateful if arm == "trace_adaptive" else METHODS[arm]
+                    method = stateful.get(arm) or METHODS[arm]
                     predictor = _make_predictor(spec, seed=(s * 7919 + j) * 104729 + pi)
                     res = method_step(method, predictor, pool, budget, np.random.default_rng((s, j, size, 1)))
-                    if arm == "trace_adaptive":
-                        _observe(state, res)
+                    if arm in states:
+                        _observe(states[arm], res)
                     values[spec, arm, "effective_ratio"][s] += res.effective_ratio / steps
                     values[spec, arm, "mixed_groups"][s] += sum(is_effective(t) for t in res.trees) / steps
                     values[spec, arm, "contrastive_dof"][s] += contrastive_dof(res.trees) / steps

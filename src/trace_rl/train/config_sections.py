@@ -160,9 +160,9 @@ class BudgetSection:
             observations agree through its depth), not by the predictor's estimate alone; docs/predictor.md. A
             config error with predictor.name=ngram+minilm+group (its prior already reads those outcomes).
         coverage: trace_adaptive only (ours, issue 58): the share of a step's active prompts drawn uniformly at
-            random from the candidate pool and kept active whatever the predictor says, in [0, 1], so selection
-            cannot narrow the training distribution (docs/allocation.md, "trace_adaptive"); any other value with
-            another method is a config error.
+            random from the candidate pool and kept active whatever the predictor says, once its ranking test
+            passes (before, the plan is GRPO's), in [0, 1], so selection cannot narrow the training distribution
+            (docs/allocation.md, "trace_adaptive"); any other value with another method is a config error.
     """
 
     roots: int = 32
@@ -176,7 +176,7 @@ class BudgetSection:
     prefix_objective: str = "paper"
     sibling_weight: float = 1.0
     state_evidence: bool = False
-    coverage: float = 0.5
+    coverage: float = 0.25
 
 
 @dataclass(frozen=True)
