@@ -1,11 +1,12 @@
-"""The claims of README.md and docs/results.md, every number recomputed from the run logs kept in results/.
+"""The claims of README.md and docs/results.md (and docs/benchmarks.md's figures), every number recomputed from
+what is kept in results/.
 
     python scripts/claims.py            # print the generated blocks
     python scripts/claims.py --check    # exit 1 naming each block of README.md / docs/results.md that differs
     python scripts/claims.py --write    # rewrite those blocks in place
 
-A generated block is the text between ``<!-- claims:NAME -->`` and ``<!-- /claims:NAME -->`` in README.md or
-docs/results.md; nothing between the markers is written by hand. Each number is a paired difference over seeds
+A generated block is the text between ``<!-- claims:NAME -->`` and ``<!-- /claims:NAME -->`` in README.md,
+docs/results.md or docs/benchmarks.md (its wall-clock figures, from the JSON lines in results/c38); nothing between the markers is written by hand. Each number is a paired difference over seeds
 (mean and 95% Student-t interval, as ``scripts/paired_runs.py`` prints it: the same function, `paired_text`, on the
 same columns, `paired_columns`), each pair read on its own (``--baseline B --methods M``), so that the command in a
 row prints exactly that row's number. tests/unit/test_claims.py checks that both files hold what this prints, and
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import math
 import re
 import sys
@@ -29,7 +31,7 @@ assert _spec is not None and _spec.loader is not None
 paired_runs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(paired_runs)
 
-FILES = ("README.md", "docs/results.md")
+FILES = ("README.md", "docs/results.md", "docs/benchmarks.md")
 METRIC_NAMES = {
     "final": "final held-out pass@1",
     "auc_rollouts": "area under pass@1 vs generated rollouts",
@@ -340,6 +342,48 @@ def c58_table() -> str:
     return "\n".join(rows)
 
 
+def wallclock_table() -> str:
+    """Issue 38's wall-clock figures on a quiet machine, from the JSON lines its benchmarks wrote (results/c38,
+    ``*_2026-12-07b.json``): this code against the reference commit each names."""
+    c38 = ROOT / "results" / "c38"
+
+    def load(name: str) -> dict:
+        return json.loads((c38 / f"{name}_2026-12-07b.json").read_text())
+
+    rows = [
+        "| what (`multistep`, tiny policy) | this code | reference | ratio | JSON |",
+        "|---|---|---|---|---|",
+    ]
+    for threads, label in (("0", "two threads (the preset's default)"), ("1", "one thread")):
+        name = f"step_breakdown_threads{threads}"
+        d = load(name)
+        ref = d["reference_rev"]
+        for key, part in (
+            ("wall_s", "RL step"),
+            ("time_generation_s", "its generation"),
+            ("time_update_s", "its update"),
+        ):
+            rows.append(
+                f"| {part}, {label}, s | {d['current'][key]:.2f} | {d['reference'][key]:.2f} ({ref}) "
+                f"| {d['ratios'][key]:.3f} | `{name}` |"
+            )
+    for name, label in (
+        ("warm_start_time_1300_default", "warm start, 1,300 SFT steps, float32, one thread, s"),
+        ("warm_start_time_1300", "the same with `policy.sft_dtype=bfloat16`, `policy.sft_compile=true`, s"),
+    ):
+        d = load(name)
+        rows.append(
+            f"| {label} | {d['current']['seconds']:.0f} | {d['reference']['seconds']:.0f} ({d['reference_rev']}) "
+            f"| {d['ratio']:.3f} | `{name}` |"
+        )
+    d = load("tree_packing")
+    rows.append(
+        f"| policy update on step 1's 192 paths, tree-packed against padded rows, s | {d['packed_s']:.2f} "
+        f"| {d['padded_s']:.2f} (padded) | {d['wall_ratio']:.3f} | `tree_packing` |"
+    )
+    return "\n".join(rows)
+
+
 def blocks() -> dict[str, dict[str, str]]:
     """Per file, the text of each generated block."""
     readme = [c for c in CLAIMS if c.readme]
@@ -353,6 +397,7 @@ def blocks() -> dict[str, dict[str, str]]:
             "agentic": details_table("agentic"),
             "c58": c58_table(),
         },
+        "docs/benchmarks.md": {"wallclock": wallclock_table()},
     }
 
 
@@ -386,7 +431,7 @@ def differences(root: Path = ROOT) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--check", action="store_true", help="exit 1 if README.md or docs/results.md differs")
+    mode.add_argument("--check", action="store_true", help="exit 1 if a page's generated blocks differ")
     mode.add_argument("--write", action="store_true", help="rewrite the generated blocks in place")
     args = p.parse_args(argv)
     if args.check:
