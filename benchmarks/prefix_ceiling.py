@@ -25,7 +25,7 @@ rates into (1 - f)^k instead would be biased (downward for concentrated allocati
 for anchors picked because their replays happened to flip).
 
 The effective-ratio headroom of an allocation over TreePO's random branching is
-(share of unanimous trees) x (its P(mixed) - random's). `docs/results.md` (the multistep section) reports a run.
+(share of unanimous trees) x (its P(mixed) - random's). `docs/notebook/results_history.md` (the multistep section) reports a run.
 
     python benchmarks/prefix_ceiling.py --policy runs/multistep/sft/policy [--preset multistep]
         [--prompts 64 --roots 8 --replays 4 --continuations 2 --out anchors.json]

@@ -1,7 +1,7 @@
 """Chosen seeds of a `trace-rl compare` plan: the same run configs, folder layout and shared warm start.
 
 `trace-rl compare --seeds K` runs seeds 0..K-1 and reads back the runs whose checkpoints it finds. When the
-earlier seeds' folders are gone (a wiped machine; only their numbers were kept in docs/results.md) or another
+earlier seeds' folders are gone (a wiped machine; only their numbers were kept in docs/notebook/results_history.md) or another
 session runs them, this runs just the listed seeds, exactly as compare would have run them:
 
     python scripts/compare_seeds.py --preset demo --steps 100 --set eval_every=25 --set env.eval_tasks=256 \

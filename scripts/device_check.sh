@@ -16,7 +16,7 @@
 #   CHECKS=qwen3-scratch bash scripts/device_check.sh   # only some checks (tiny, qwen3-scratch)
 #
 # WHAT HAS RUN WHERE: the CPU path runs in CI. The CUDA path ran once, on one H200 (issue 42; figures and command
-# in docs/benchmarks.md, "The device check on a GPU"), BEFORE this script switched to the parity env: that run's
+# in docs/notebook/benchmarks_history.md, "The device check on a GPU"), BEFORE this script switched to the parity env: that run's
 # updates had no rows with signal. The version with the parity env and the update_rows check has run on CPU
 # only. Its CUDA-only parts are torch.cuda.is_available, get_device_name, reset_peak_memory_stats and
 # max_memory_allocated, and `device=cuda` in the trainer's config (which puts the policy, its update and the

@@ -52,6 +52,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from trace_rl.metrics.curves import (
     MATCHED_KEYS,
@@ -117,68 +118,20 @@ def main(argv: list[str] | None = None) -> int:
         seeds = parse_seeds(args.seeds)
     except ValueError as exc:
         p.error(str(exc))
-    logs = {}
-    configs: dict[tuple[str, int], dict | None] = {}
-    for label in labels:
-        for seed in seeds:
-            plain = args.dir / label / f"seed_{seed}" / "metrics.jsonl"
-            packed = plain.with_name("metrics.jsonl.gz")  # logs kept in results/ are compressed
-            path = plain if plain.exists() else packed
-            if not path.exists():
-                print(f"no log: neither {plain} nor {path.name} there", file=sys.stderr)
-                return 2
-            try:
-                logs[label, seed] = read_metrics(path)
-            except (OSError, EOFError, UnicodeDecodeError) as exc:  # a corrupt .gz
-                print(f"unreadable log {path}: {exc}", file=sys.stderr)
-                return 2
-            if not any(r.get("kind") == "eval" for r in logs[label, seed]):
-                print(f"no held-out evaluation in {path}: nothing to summarise", file=sys.stderr)
-                return 2
-            try:
-                configs[label, seed] = _config(path.with_name("config.json"))
-            except ValueError as exc:
-                print(exc, file=sys.stderr)
-                return 2
-    refusal = check_runs(
-        logs,
-        configs,
-        allow_partial=args.allow_partial,
-        baseline=args.baseline,
-        allow_mixed_commits=args.allow_mixed_commits,
-    )
-    if refusal:
-        print(refusal, file=sys.stderr)
+    try:
+        runs = paired_columns(
+            args.dir,
+            labels,
+            seeds,
+            allow_partial=args.allow_partial,
+            allow_mixed_commits=args.allow_mixed_commits,
+            prefix_stats=args.prefix_stats,
+            step_stats=args.step_stats,
+        )
+    except RunsRefused as exc:
+        print(exc, file=sys.stderr)
         return 2
-    # curve_summaries indexes seeds by position: position i is seeds[i] for every label
-    curves = {label: [learning_curve(logs[label, s]) for s in seeds] for label in labels}
-    axes = ("rollouts", "tokens")
-    per_axis = {axis: curve_summaries(curves, args.baseline, axis) for axis in axes}
-    matched = matched_finals(curves, args.baseline)
-    columns: dict[str, dict[str, list[float]]] = {label: {} for label in labels}
-    for label in labels:
-        cols = columns[label]
-        cols["final"] = [row["final_accuracy"] for row in per_axis["rollouts"][label]]
-        for axis in axes:
-            auc, _, share = summary_keys(axis)
-            cols[f"auc_{axis}"] = [row[auc] for row in per_axis[axis][label]]
-            cols[f"reach_{axis}"] = [row[share] for row in per_axis[axis][label]]
-            cols[f"reach_x_{axis}"] = [row[crossing_keys(axis)[1]] for row in per_axis[axis][label]]
-        cols["final_matched"] = [row[MATCHED_KEYS[0]] for row in matched[label]]
-        cols["probe"] = [c.probe_rollouts for c in curves[label]]
-        cols["effective_ratio"] = [summarize(logs[label, s]).get("effective_ratio", math.nan) for s in seeds]
-        costs = [run_cost(logs[label, s]) for s in seeds]
-        for name, key in (("tokens", "tokens_generated_total"), ("rollouts", "rollouts_generated_total")):
-            cols[name] = [cost.get(key, math.nan) for cost in costs]
-        cols["steps"] = [cost.get("steps", math.nan) for cost in costs]
-        if args.prefix_stats:
-            stats = [prefix_stage_stats(logs[label, s]) for s in seeds]
-            for key in PREFIX_KEYS:
-                cols[key] = [float(st[key]) for st in stats]
-        if args.step_stats:
-            means = [step_means(train_records(logs[label, s]), STEP_KEYS, totals=True) for s in seeds]
-            for key in (*STEP_KEYS, "active_prompts_total"):
-                cols[key] = [m.get(key, math.nan) for m in means]
+    columns, curves, logs = runs.columns, runs.curves, runs.logs
     names = list(columns[args.baseline])
     print("label seed " + " ".join(names))
     for label in labels:
@@ -195,15 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             *(PREFIX_KEYS if args.prefix_stats else ()),
             *((*STEP_KEYS, "active_prompts_total") if args.step_stats else ()),
         ):
-            mean, half, k = paired_interval(columns[label][n], columns[args.baseline][n])
-            interval = (
-                f"[{mean - half:+.3f}, {mean + half:+.3f}]"
-                if math.isfinite(half)
-                else ("(one seed)" if k == 1 else "(no seed where both are finite)")
-            )
-            print(
-                f"{label} - {args.baseline} {n}: {mean:+.3f} {interval}{_boot(columns, label, args.baseline, n)} n={k}"
-            )
+            text, k = paired_text(columns, label, args.baseline, n)
+            print(f"{label} - {args.baseline} {n}: {text}{_boot(columns, label, args.baseline, n)} n={k}")
     if args.prefix_stats:
         print("by anchor depth, pooled over seeds: replays flips flips_per_replay flips_per_1k_replay_tokens")
         for label in labels:  # the steps of all seeds as one log: prefix_stage_stats sums over steps
@@ -223,6 +169,111 @@ def main(argv: list[str] | None = None) -> int:
             if learning_curve_plot(path, title, curves, axis):
                 print(f"wrote {path}")
     return 0
+
+
+class RunsRefused(ValueError):
+    """Runs that must not be paired, or a log that is missing or unreadable; the message is the one line main prints."""
+
+
+class PairedRuns(NamedTuple):
+    """What `paired_columns` read: per label the per-seed columns (``columns[label][name][i]`` is seed
+    ``seeds[i]``), the learning curves, and the logs by (label, seed)."""
+
+    columns: dict[str, dict[str, list[float]]]
+    curves: dict[str, list]
+    logs: dict[tuple[str, int], list[dict]]
+
+
+def paired_columns(
+    folder: Path,
+    labels: list[str],
+    seeds: list[int],
+    *,
+    allow_partial: bool = False,
+    allow_mixed_commits: bool = False,
+    prefix_stats: bool = False,
+    step_stats: bool = False,
+) -> PairedRuns:
+    """The per-seed columns main prints, for ``labels`` (the baseline first) over ``seeds``, read from
+    ``folder/<label>/seed_<s>/metrics.jsonl(.gz)`` and checked by `check_runs` (scripts/claims.py reads the same).
+
+    Raises:
+        RunsRefused: a log missing, unreadable or without an evaluation, or the runs refused by `check_runs`.
+    """
+    baseline = labels[0]
+    logs: dict[tuple[str, int], list[dict]] = {}
+    configs: dict[tuple[str, int], dict | None] = {}
+    for label in labels:
+        for seed in seeds:
+            plain = folder / label / f"seed_{seed}" / "metrics.jsonl"
+            packed = plain.with_name("metrics.jsonl.gz")  # logs kept in results/ are compressed
+            path = plain if plain.exists() else packed
+            if not path.exists():
+                raise RunsRefused(f"no log: neither {plain} nor {path.name} there")
+            try:
+                logs[label, seed] = read_metrics(path)
+            except (OSError, EOFError, UnicodeDecodeError) as exc:  # a corrupt .gz
+                raise RunsRefused(f"unreadable log {path}: {exc}") from None
+            if not any(r.get("kind") == "eval" for r in logs[label, seed]):
+                raise RunsRefused(f"no held-out evaluation in {path}: nothing to summarise")
+            try:
+                configs[label, seed] = _config(path.with_name("config.json"))
+            except ValueError as exc:
+                raise RunsRefused(str(exc)) from None
+    refusal = check_runs(
+        logs,
+        configs,
+        allow_partial=allow_partial,
+        baseline=baseline,
+        allow_mixed_commits=allow_mixed_commits,
+    )
+    if refusal:
+        raise RunsRefused(refusal)
+    # curve_summaries indexes seeds by position: position i is seeds[i] for every label
+    curves = {label: [learning_curve(logs[label, s]) for s in seeds] for label in labels}
+    axes = ("rollouts", "tokens")
+    per_axis = {axis: curve_summaries(curves, baseline, axis) for axis in axes}
+    matched = matched_finals(curves, baseline)
+    columns: dict[str, dict[str, list[float]]] = {label: {} for label in labels}
+    for label in labels:
+        cols = columns[label]
+        cols["final"] = [row["final_accuracy"] for row in per_axis["rollouts"][label]]
+        for axis in axes:
+            auc, _, share = summary_keys(axis)
+            cols[f"auc_{axis}"] = [row[auc] for row in per_axis[axis][label]]
+            cols[f"reach_{axis}"] = [row[share] for row in per_axis[axis][label]]
+            cols[f"reach_x_{axis}"] = [row[crossing_keys(axis)[1]] for row in per_axis[axis][label]]
+        cols["final_matched"] = [row[MATCHED_KEYS[0]] for row in matched[label]]
+        cols["probe"] = [c.probe_rollouts for c in curves[label]]
+        cols["effective_ratio"] = [summarize(logs[label, s]).get("effective_ratio", math.nan) for s in seeds]
+        costs = [run_cost(logs[label, s]) for s in seeds]
+        for name, key in (("tokens", "tokens_generated_total"), ("rollouts", "rollouts_generated_total")):
+            cols[name] = [cost.get(key, math.nan) for cost in costs]
+        cols["steps"] = [cost.get("steps", math.nan) for cost in costs]
+        if prefix_stats:
+            stats = [prefix_stage_stats(logs[label, s]) for s in seeds]
+            for key in PREFIX_KEYS:
+                cols[key] = [float(st[key]) for st in stats]
+        if step_stats:
+            means = [step_means(train_records(logs[label, s]), STEP_KEYS, totals=True) for s in seeds]
+            for key in (*STEP_KEYS, "active_prompts_total"):
+                cols[key] = [m.get(key, math.nan) for m in means]
+    return PairedRuns(columns, curves, logs)
+
+
+def paired_text(
+    columns: dict[str, dict[str, list[float]]], label: str, baseline: str, n: str
+) -> tuple[str, int]:
+    """``label - baseline`` on column ``n`` as printed: ``+0.020 [+0.007, +0.033]`` (the mean of the paired
+    differences and its 95% Student-t interval; "(one seed)" instead of an interval for one pair), and the number
+    of seeds where both are finite."""
+    mean, half, k = paired_interval(columns[label][n], columns[baseline][n])
+    interval = (
+        f"[{mean - half:+.3f}, {mean + half:+.3f}]"
+        if math.isfinite(half)
+        else ("(one seed)" if k == 1 else "(no seed where both are finite)")
+    )
+    return f"{mean:+.3f} {interval}", k
 
 
 def _config(path: Path) -> dict | None:

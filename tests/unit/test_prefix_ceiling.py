@@ -1,4 +1,4 @@
-"""The arithmetic of benchmarks/prefix_ceiling.py (what docs/results.md's prefix-stage ceiling rests on), on
+"""The arithmetic of benchmarks/prefix_ceiling.py (what docs/notebook/results_history.md's prefix-stage ceiling rests on), on
 hand-computed trees: P(mixed) = 1 - prod_j (1 - f_j)^k_j, only unanimous trees counted, fresh flip rates from the
 other roots."""
 

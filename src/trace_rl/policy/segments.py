@@ -11,7 +11,7 @@ own square. Each token then has exactly its unpacked hidden state (the same toke
 causal attention), up to floating-point rounding.
 
 On the `multistep` warm start (examples of 150-450 tokens, batches of 8) that is 0.64 of the padded batch's
-attention pairs and 0.79 of its tokens (docs/benchmarks.md, "The warm start without padding").
+attention pairs and 0.79 of its tokens (docs/notebook/benchmarks_history.md, "The warm start without padding").
 
 The model must be a Hugging Face causal LM that looks its attention function up by ``config._attn_implementation``
 and passes the forward's extra keyword arguments on to it (transformers' Llama/Qwen2/Qwen3 and most decoder

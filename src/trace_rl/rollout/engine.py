@@ -48,8 +48,8 @@ DEFER_SHARE = 0.9
 PREFILL_FORWARD_TOKENS = 32
 """What one more prefill group costs beyond its tokens, in padded tokens (`length_groups`). Measured when each
 group was a forward of its own (on the 2-core CPU with the tiny policy a forward's fixed work, weights streamed
-once and Python per layer, is about 4 ms, a prefill token about 0.2-0.3 ms; docs/benchmarks.md, "Prefill grouped
-by length, decode spans by cost"); since the groups share one forward (`forward_groups`) a group costs only its
+once and Python per layer, is about 4 ms, a prefill token about 0.2-0.3 ms; docs/notebook/benchmarks_history.md,
+"Prefill grouped by length, decode spans by cost"); since the groups share one forward (`forward_groups`) a group costs only its
 attention calls, so this overstates it and errs toward fewer, more padded groups."""
 
 

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 SPAN_POSITIONS = 192
 """What one more attention span costs a forward, in cache positions read (`span_cuts`): on the 2-core CPU with
 the tiny policy a decode step's extra span costs about 0.11 ms and a cached position of one row about 0.6 us
-(docs/benchmarks.md, "Prefill grouped by length, decode spans by cost")."""
+(docs/notebook/benchmarks_history.md, "Prefill grouped by length, decode spans by cost")."""
 _RMS_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm")
 
 # (lo, hi, a, b, total, local, mask): see `cache_spans`

@@ -14,7 +14,7 @@ back in one process, ``--repeats`` times. Prints one JSON line:
 - ``max_rel_loss_err``: max over batches of |packed - padded| / padded of the batch loss at the starting weights;
 - ``example_tokens``: mean and max tokens of an example, and the prompt prefix all examples share.
 
-    python benchmarks/sft_packing.py [--preset multistep] [--batches 8] [--repeats 3] [--threads 1]
+    python benchmarks/archive/sft_packing.py [--preset multistep] [--batches 8] [--repeats 3] [--threads 1]
 
 ``--compare dtype`` compares the warm start's precisions instead (``policy.sft_dtype``): float32 against
 bfloat16 autocast, both on the preset's packing, with the same JSON keys where the two ways are named

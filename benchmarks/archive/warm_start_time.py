@@ -4,7 +4,7 @@ Runs ``trace-rl train --preset P --steps 1`` (no evaluation) with each code from
 reads the warm start's record (``sft/sft.json``: ``seconds``, ``steps``, whether the stop rule ``stopped`` it,
 and, where the code records it, ``eval_seconds``, the probes' share). The reference code (a git revision, default
 1d161c0, the branch point of issue 38) is checked out into a temporary worktree and run with its own ``src``
-first on PYTHONPATH (`benchmarks/step_breakdown.py`'s `codes_checked_out` and `train_command`).
+first on PYTHONPATH (`benchmarks/archive/step_breakdown.py`'s `codes_checked_out` and `train_command`).
 
 ``--concurrent`` runs the two codes at the same time, one process each (with ``--threads 1`` on a 2-core
 machine: one core each, both meeting the same load for the whole run; a full `multistep` warm start takes tens
@@ -13,9 +13,9 @@ of minutes, so back-to-back runs would meet different loads); otherwise they run
 ``seconds`` (and ``eval_seconds`` where recorded), the ``steps`` each run took, and ``ratio`` = current /
 reference seconds.
 
-    python benchmarks/warm_start_time.py --preset multistep --concurrent
-    python benchmarks/warm_start_time.py --preset multistep --set policy.sft_steps=300 --set policy.sft_min_steps=300
-    python benchmarks/warm_start_time.py --preset multistep --concurrent \
+    python benchmarks/archive/warm_start_time.py --preset multistep --concurrent
+    python benchmarks/archive/warm_start_time.py --preset multistep --set policy.sft_steps=300 --set policy.sft_min_steps=300
+    python benchmarks/archive/warm_start_time.py --preset multistep --concurrent \
         --set-current policy.sft_dtype=bfloat16 --set-current policy.sft_compile=true
 
 Seconds are wall-clock: run on a quiet machine (the JSON records the load average before and after).
@@ -31,7 +31,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from step_breakdown import (  # benchmarks/ is the script's folder
+from step_breakdown import (  # benchmarks/archive/ is the script's folder
     add_set_options,
     codes_checked_out,
     train_command,

@@ -5,7 +5,7 @@ Builds trees shaped like a `multistep` step (tiny policy; by default 16 prompts 
 (minibatch 64) per setting, each in a fresh subprocess so that its peak RSS (``ru_maxrss``) is its own. Prints the
 peak RSS, the update's seconds (median of --repeats) and the largest weight difference against micro_tokens=0.
 
-    python benchmarks/update_memory.py [--micro-tokens 0,8192,4096] [--repeats 3] [--threads 1]
+    python benchmarks/archive/update_memory.py [--micro-tokens 0,8192,4096] [--repeats 3] [--threads 1]
 """
 
 from __future__ import annotations

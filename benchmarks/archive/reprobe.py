@@ -1,10 +1,10 @@
-"""How the RL-pool probes in this folder were made (issue 37 candidates c7 and c8, 2026-12-06; not a shipped tool).
+"""How the RL-pool probes in results/c37cand/probes/ were made (issue 37 candidates c7 and c8, 2026-12-06; not a shipped tool).
 
 Copies a warm-started policy folder and redoes its RL-pool probe (the predictor's warm-start data) with the sampling
 of the given config, through the same `sample_episodes` call `trace_rl.train.warm_start` makes since the probe
 samples at ``sampling.temperature`` (before, it sampled at temperature 1 always). The copy has no manifest.
 
-    PYTHONPATH=src python results/c37cand/probes/reprobe_scratch.py results/c37cand/warm_start/sft/policy OUT \
+    PYTHONPATH=src python benchmarks/archive/reprobe.py results/c37cand/warm_start/sft/policy OUT \
       sampling.temperature=1.5 policy.sft_stop_success=0.4 policy.sft_stop_mixed=0.3 [env.task_kwargs.config.max_terms=6]
 
 The c7/c8 probes were made with this script's first version, which spelled out the same `sample_episodes` call;

@@ -7,7 +7,7 @@ its call) or on demand (in the calling thread: no spare was ready). Prints one J
 at the end, at most ``spares`` per key, are in ``started_ahead`` only). Counts, not seconds: load changes how
 fast the thread refills, so run it on the machine and load the step timings come from.
 
-    python benchmarks/spare_hits.py --preset multistep --policy results/c23/warm_start/sft/policy --steps 2
+    python benchmarks/archive/spare_hits.py --preset multistep --policy results/c23/warm_start/sft/policy --steps 2
 """
 
 from __future__ import annotations

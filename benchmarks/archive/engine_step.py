@@ -7,7 +7,7 @@ original forward (`_forward` over the slice 0..max row), alternating per repeat.
 step of each (medians over --repeats; process CPU time, which with --threads 1 is the work done and depends less
 on other processes than wall time), their ratio, and the largest logit difference of the two.
 
-Prints one JSON line. Usage: python benchmarks/engine_step.py [--rows 8,64,256] [--context 250] [--gaps]
+Prints one JSON line. Usage: python benchmarks/archive/engine_step.py [--rows 8,64,256] [--context 250] [--gaps]
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ predictor-driven ones; prints the mean tree-level effective ratio and the share 
 from their rollout's (flips per replay), with paired differences against `branpo` (mean and a 95% normal
 interval over seeds). Numbers, not a timed test.
 
-    python benchmarks/lab_tail_branching.py [--seeds 50] [--shape 64x2]
+    python benchmarks/archive/lab_tail_branching.py [--seeds 50] [--shape 64x2]
 """
 
 from __future__ import annotations

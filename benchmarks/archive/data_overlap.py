@@ -11,7 +11,7 @@ Prints one markdown table per preset, counting distinct normalised prompt texts
 
 Usage::
 
-    python benchmarks/data_overlap.py [--seeds 4] [--presets demo,multistep] [--set env.train_limit=200 ...]
+    python benchmarks/archive/data_overlap.py [--seeds 4] [--presets demo,multistep] [--set env.train_limit=200 ...]
         [--before-set multihop_qa:env.train_limit=null ...]
 
 ``--set`` overrides apply to every preset (e.g. a smaller ``env.train_limit`` for a quick look); ``--before-set``

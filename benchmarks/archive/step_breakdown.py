@@ -14,9 +14,9 @@ and the predictor's first fit) and prints one JSON line: per code the medians ov
 ``reference_rev`` names the reference commit. The effective ratio moves with sampling only (both codes draw the
 same tokens up to rounding; the fast decode loop's log-probabilities agree within 1e-4 of the reference engine's).
 
-    python benchmarks/step_breakdown.py --preset multistep --policy results/c23/warm_start/sft/policy --steps 4
-    python benchmarks/step_breakdown.py --preset demo --policy runs/c39/warm_start/sft/policy --steps 10
-    python benchmarks/step_breakdown.py --preset multistep --policy results/c23/warm_start/sft/policy \
+    python benchmarks/archive/step_breakdown.py --preset multistep --policy results/c23/warm_start/sft/policy --steps 4
+    python benchmarks/archive/step_breakdown.py --preset demo --policy runs/c39/warm_start/sft/policy --steps 10
+    python benchmarks/archive/step_breakdown.py --preset multistep --policy results/c23/warm_start/sft/policy \
         --set-current optim.compile=true
 
 Seconds are wall-clock: run on a quiet machine (the JSON records the load average before and after).
@@ -45,7 +45,7 @@ PARTS = (
     "time_allocation_s",
     "time_update_s",
 )
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def train_command(src: Path, preset: str, out: Path, sets: list[str]) -> tuple[list[str], dict[str, str]]:
