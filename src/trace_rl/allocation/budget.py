@@ -154,3 +154,14 @@ def token_aware_budget(replays: float, replay_cost: float = 0.5, *, units_per_ro
     if replays < 0 or replay_cost <= 0:
         raise ValueError("replays must be >= 0 and replay_cost > 0")
     return round(units_per_rollout * replays * replay_cost)
+
+
+def uniform_batch(p: int, size: int, rng: np.random.Generator) -> IntArray:
+    """The flat baselines' prompt draw: ``size`` distinct prompts of a pool of ``p``, uniformly, sorted; int64 (size,).
+
+    Raises:
+        ValueError: size > p.
+    """
+    if size > p:
+        raise ValueError(f"the candidate pool has {p} prompts, fewer than the batch size {size}")
+    return np.sort(rng.choice(p, size=size, replace=False)).astype(np.int64)

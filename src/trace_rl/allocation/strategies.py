@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from trace_rl.allocation.adaptive import AdaptiveState, adaptive_roots
-from trace_rl.allocation.budget import BudgetShape
+from trace_rl.allocation.budget import BudgetShape, uniform_batch
 from trace_rl.allocation.contrast import allocate_contrast
 from trace_rl.allocation.knapsack import knapsack_dp
 from trace_rl.allocation.objectives import mixed_probability
@@ -53,12 +53,6 @@ from trace_rl.types import RootPlan
 
 RootStrategy = Callable[[FloatArray, BudgetShape, np.random.Generator], RootPlan]
 PrefixStrategy = Callable[[FloatArray, int, np.random.Generator, IntArray | None], IntArray]
-
-
-def _random_batch(p: int, size: int, rng: np.random.Generator) -> IntArray:
-    if size > p:
-        raise ValueError(f"the candidate pool has {p} prompts, fewer than the batch size {size}")
-    return np.sort(rng.choice(p, size=size, replace=False)).astype(np.int64)
 
 
 def _plan(
@@ -74,7 +68,7 @@ def _plan(
 def grpo_roots(v: FloatArray, shape: BudgetShape, rng: np.random.Generator) -> RootPlan:
     """GRPO: a uniformly random batch of ``shape.batch_size`` prompts, n rollouts each, no replays."""
     p = as_probability_vector(v, "v").shape[0]
-    return _plan(p, _random_batch(p, shape.batch_size, rng), shape.group_size, shape, "grpo", replays=False)
+    return _plan(p, uniform_batch(p, shape.batch_size, rng), shape.group_size, shape, "grpo", replays=False)
 
 
 def pcl_roots(v: FloatArray, shape: BudgetShape, rng: np.random.Generator) -> RootPlan:
@@ -96,7 +90,7 @@ def knapsack_roots(v: FloatArray, shape: BudgetShape, rng: np.random.Generator) 
     """
     probs = as_probability_vector(v, "v")
     p = probs.shape[0]
-    chosen = _random_batch(p, shape.batch_size, rng)
+    chosen = uniform_batch(p, shape.batch_size, rng)
     budget = shape.flat_rollouts
     cap = budget if shape.max_rollouts is None else min(shape.max_rollouts, budget)
     ms = np.arange(cap + 1)
@@ -110,7 +104,7 @@ def knapsack_roots(v: FloatArray, shape: BudgetShape, rng: np.random.Generator) 
 def uniform_tree_roots(v: FloatArray, shape: BudgetShape, rng: np.random.Generator) -> RootPlan:
     """TreePO / uniform roots: a random batch of M / n prompts, n rollouts each, N * n replays each."""
     p = as_probability_vector(v, "v").shape[0]
-    chosen = _random_batch(p, shape.tree_batch, rng)
+    chosen = uniform_batch(p, shape.tree_batch, rng)
     return _plan(p, chosen, shape.group_size, shape, "uniform_tree", replays=True)
 
 
