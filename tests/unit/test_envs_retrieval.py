@@ -271,3 +271,32 @@ def test_timeout_is_a_failure_not_a_hang() -> None:
                 client.search("q", 3)
         finally:
             release.set()
+
+
+# ---- the config path: env.env_kwargs reaches make_env, refused when it cannot take effect --------------
+
+
+def test_env_kwargs_config_key() -> None:
+    from trace_rl.train.config import ConfigError, load_config
+
+    url = "http://127.0.0.1:8000/retrieve"
+    cfg = load_config(
+        preset="multihop_qa", overrides=[f"env.env_kwargs.retriever_url={url}", "env.env_kwargs.top_k=5"]
+    )
+    assert cfg.env.env_kwargs == {"retriever_url": url, "top_k": 5}
+    env = make_env(cfg.env.name, **cfg.env.env_kwargs, max_turns=cfg.env.max_turns)  # as the trainer makes it
+    assert (
+        isinstance(env, MultihopQAEnv) and env.client is not None and env.client.url == url and env.top_k == 5
+    )
+    refused = {
+        "env.env_kwargs.corpus_path=wiki.jsonl": "corpus_path cannot take effect with retriever_url",
+        "env.env_kwargs.topk=5": "does not take",
+        "env.env_kwargs.max_turns=3": "max_turns is set by env.max_turns",
+        "env.env_kwargs.retriever_url=localhost:8000": "retriever_url must look like",
+        "env.env_kwargs.retriever_timeout_s=0": "retriever_timeout_s must be > 0",
+    }
+    for item, why in refused.items():
+        with pytest.raises(ConfigError, match=f"env.env_kwargs: .*{why}"):
+            load_config(preset="multihop_qa", overrides=[f"env.env_kwargs.retriever_url={url}", item])
+    with pytest.raises(ConfigError, match="apply to a retrieval server only"):
+        load_config(preset="multihop_qa", overrides=["env.env_kwargs.retriever_retries=4"])

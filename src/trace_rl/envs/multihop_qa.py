@@ -316,30 +316,70 @@ class MultihopQAEnv(AnswerEnv):
         retriever_timeout_s: float = DEFAULT_TIMEOUT_S,
         retriever_retries: int = DEFAULT_RETRIES,
     ) -> None:
+        self.check_settings(
+            corpus_path=corpus_path,
+            retriever_url=retriever_url,
+            top_k=top_k,
+            max_turns=max_turns,
+            retriever_timeout_s=retriever_timeout_s,
+            retriever_retries=retriever_retries,
+        )
         super().__init__(max_turns=max_turns)
-        if not isinstance(top_k, int) or top_k < 1:
-            raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}")
         self.top_k = top_k
         self.retriever: BM25Retriever | None = None
         self.client: SearchR1Client | None = None
         if retriever_url is not None:
-            if corpus_path is not None:
-                raise ValueError(
-                    "multihop_qa: corpus_path cannot take effect with retriever_url (the retrieval server "
-                    "searches its own corpus: give the corpus to the server, or drop retriever_url)"
-                )
-            self.client = shared_client(
-                check_url(retriever_url), float(retriever_timeout_s), retriever_retries
-            )
+            self.client = shared_client(retriever_url, float(retriever_timeout_s), retriever_retries)
         else:
-            if (retriever_timeout_s, retriever_retries) != (DEFAULT_TIMEOUT_S, DEFAULT_RETRIES):
-                raise ValueError(
-                    "multihop_qa: retriever_timeout_s and retriever_retries apply to a retrieval server only; "
-                    "set retriever_url or leave them at their defaults"
-                )
             self.retriever = corpus_retriever(corpus_path) if corpus_path else _default_retriever()
         self._turn_errors = 0
         self._turn_retries = 0
+
+    @staticmethod
+    def check_settings(
+        *,
+        corpus_path: str | None = None,
+        retriever_url: str | None = None,
+        top_k: int = 3,
+        max_turns: int = 8,
+        retriever_timeout_s: float = DEFAULT_TIMEOUT_S,
+        retriever_retries: int = DEFAULT_RETRIES,
+    ) -> None:
+        """The constructor's checks, without loading or contacting anything (config validation calls it through
+        `trace_rl.envs.env_kwargs_problem`).
+
+        Raises:
+            ValueError: see the class docstring.
+        """
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}")
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"max_turns must be an integer >= 1, got {max_turns!r}")
+        if corpus_path is not None and not isinstance(corpus_path, str | Path):
+            raise ValueError(f"corpus_path must be a path, got {corpus_path!r}")
+        if retriever_url is None:
+            if (retriever_timeout_s, retriever_retries) != (DEFAULT_TIMEOUT_S, DEFAULT_RETRIES):
+                raise ValueError(
+                    "retriever_timeout_s and retriever_retries apply to a retrieval server only; "
+                    "set retriever_url or leave them at their defaults"
+                )
+            return
+        check_url(retriever_url)
+        if corpus_path is not None:
+            raise ValueError(
+                "corpus_path cannot take effect with retriever_url (the retrieval server searches its own "
+                "corpus: give the corpus to the server, or drop retriever_url)"
+            )
+        if isinstance(retriever_timeout_s, bool) or not isinstance(retriever_timeout_s, int | float):
+            raise ValueError(f"retriever_timeout_s must be a number of seconds, got {retriever_timeout_s!r}")
+        if not retriever_timeout_s > 0:
+            raise ValueError(f"retriever_timeout_s must be > 0, got {retriever_timeout_s}")
+        if (
+            isinstance(retriever_retries, bool)
+            or not isinstance(retriever_retries, int)
+            or retriever_retries < 0
+        ):
+            raise ValueError(f"retriever_retries must be an integer >= 0, got {retriever_retries!r}")
 
     def step(self, assistant_text: str) -> StepResult:
         self._turn_errors = self._turn_retries = 0
