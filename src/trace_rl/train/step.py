@@ -296,6 +296,9 @@ def training_step(
         "turns_per_rollout": float(np.mean([len(e.turns) for e in roots])) if roots else 0.0,
         "tokens_generated": tokens,
         "tool_calls": sum(_tool_calls(t.info) for e in roots + replays for t in e.turns),
+        # tool calls whose tool failed (e.g. a retrieval server down: an error observation) and their retries
+        "tool_errors": sum(int(t.info.get("tool_errors", 0)) for e in roots + replays for t in e.turns),
+        "tool_retries": sum(int(t.info.get("tool_retries", 0)) for e in roots + replays for t in e.turns),
         "wall_s": wall,
         "time_generation_s": parts.timers.get("generation", 0.0),
         "time_tools_s": parts.timers.get("tools", 0.0),
