@@ -9,7 +9,8 @@ import pytest
 
 from trace_rl.envs import gold_trajectory, load_tasks, make_env
 from trace_rl.envs.math_python import math_answers_match, score_reasoning_gym
-from trace_rl.envs.multihop_qa import BM25Retriever, Passage, exact_match, f1_score, normalize_answer
+from trace_rl.envs.multihop_qa import exact_match, f1_score, normalize_answer
+from trace_rl.envs.retrieval import BM25Retriever, Passage
 
 
 @pytest.fixture(scope="module")

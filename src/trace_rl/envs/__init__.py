@@ -14,6 +14,8 @@ docs/environments.md walks through one (tests/fixtures/user_env/my_pkg/my_env.py
 from __future__ import annotations
 
 import importlib
+import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from trace_rl.envs.base import Env, StepResult, ToolCall, parse_turn
@@ -90,6 +92,30 @@ def env_problem(name: str, *, gold: bool = False) -> str | None:
     return None
 
 
+def env_kwargs_problem(name: str, kwargs: Mapping[str, Any]) -> str | None:
+    """Why ``make_env(name, **kwargs)`` would refuse ``kwargs`` (one line), or None. Nothing is made: the factory's
+    signature must take them, and an env class's ``check_settings(**kwargs)``, where it has one (multihop_qa's),
+    must accept their values (without loading data or contacting a server).
+
+    Raises:
+        ValueError: ``name`` is not an environment (see `env_problem`).
+    """
+    factory = _entry(name, 1)
+    try:
+        inspect.signature(factory).bind(**kwargs)
+    except TypeError as exc:
+        return f"{name} does not take {sorted(kwargs)} ({exc})"
+    except ValueError:  # a builtin or C factory without a signature: make_env will tell
+        return None
+    check = getattr(factory, "check_settings", None)
+    if callable(check):
+        try:
+            check(**kwargs)
+        except (TypeError, ValueError) as exc:
+            return f"{name}: {exc}"
+    return None
+
+
 def make_env(name: str, **kwargs: Any) -> Env:
     """A fresh environment instance. kwargs go to the env class (for example ``max_turns``).
 
@@ -128,6 +154,7 @@ __all__ = [
     "StepResult",
     "Task",
     "ToolCall",
+    "env_kwargs_problem",
     "env_problem",
     "gold_trajectory",
     "load_tasks",

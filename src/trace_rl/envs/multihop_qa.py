@@ -6,7 +6,9 @@ available offline here. The default data are real multi-hop questions: BFCL v4 w
 short passage per gold hop (sub-question and sub-answer, titled by the source page), and the hop passages of
 every other question (FanOutQA's non-scalar questions included) serve as distractors. It tests multi-hop
 search behaviour, not open-domain retrieval. A real setup plugs in unchanged: ``load_qa_tasks(questions_path=...)``
-reads HotpotQA-style questions and ``make_env("multihop_qa", corpus_path=...)`` a JSONL passage corpus.
+reads HotpotQA-style questions, ``make_env("multihop_qa", corpus_path=...)`` a JSONL passage corpus
+(`trace_rl.envs.retrieval`), and ``make_env("multihop_qa", retriever_url=...)`` searches a Search-R1-style retrieval
+server instead (`trace_rl.envs.retrieval_client`; docs/environments.md, "Plugging in a real corpus and retriever").
 
 Reward: normalised exact match (SQuAD normalisation: lower case, no punctuation, no articles, single spaces)
 against any gold answer; token F1 is logged in ``info["f1"]``.
@@ -23,12 +25,20 @@ import string
 import urllib.parse
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, cast
 
-from trace_rl.envs.base import AnswerEnv, EpisodeState, ToolCall
+from trace_rl.envs.base import AnswerEnv, EpisodeState, StepResult, ToolCall
+from trace_rl.envs.retrieval import BM25Retriever, Passage, corpus_retriever, format_hits
+from trace_rl.envs.retrieval_client import (
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    RetrievalError,
+    SearchR1Client,
+    check_url,
+    shared_client,
+)
 from trace_rl.errors import DataError
 from trace_rl.types import Task
 
@@ -48,15 +58,6 @@ SEARCH_TOOL: dict[str, Any] = {
 }
 GOLD_MAX_SEARCH_TURNS = 6
 HINT = "Answer the question. Use the search tool as often as needed. Put only the final answer inside <answer>...</answer>."
-
-
-@dataclass(frozen=True)
-class Passage:
-    """One corpus passage: stable id, title and text."""
-
-    id: str
-    title: str
-    text: str
 
 
 # ---- answer normalisation and scores --------------------------------------------------------------------
@@ -196,28 +197,6 @@ def default_corpus() -> tuple[Passage, ...]:
     return tuple(_hop_passages(_web_search_rows() + scalar + other))
 
 
-def load_corpus(path: str | Path) -> tuple[Passage, ...]:
-    """A JSONL passage corpus: one ``{"id", "title", "text"}`` object per line (id optional).
-
-    Raises:
-        ValueError: a line that is not a JSON object with a string "text" (the message names the line).
-    """
-    out = []
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{n}: not valid JSON ({exc.msg})") from exc
-        if not isinstance(row, dict) or not isinstance(row.get("text"), str):
-            raise DataError(f"{path}:{n}: a passage needs a string 'text' field")
-        out.append(Passage(id=str(row.get("id", n)), title=str(row.get("title", "")), text=row["text"]))
-    if not out:
-        raise DataError(f"{path}: corpus is empty")
-    return tuple(out)
-
-
 def _row_to_task(r: dict[str, Any]) -> Task:
     return Task(
         id=str(r["id"]),
@@ -294,35 +273,6 @@ def load_qa_tasks(
 # ---- retrieval -------------------------------------------------------------------------------------------
 
 
-class BM25Retriever:
-    """bm25s over a passage tuple (English stopwords). Empty queries and k > corpus size are handled."""
-
-    def __init__(self, passages: Sequence[Passage]) -> None:
-        import bm25s
-
-        if not passages:
-            raise ValueError("BM25Retriever needs at least one passage")
-        self.passages = tuple(passages)
-        self._bm25s = bm25s
-        self._index = bm25s.BM25()
-        self._index.index(
-            bm25s.tokenize(
-                [f"{p.title} {p.text}" for p in self.passages], stopwords="en", show_progress=False
-            ),
-            show_progress=False,
-        )
-
-    def search(self, query: str, k: int = 3) -> list[Passage]:
-        if not query.strip() or k < 1:
-            return []
-        tokens = self._bm25s.tokenize([query], stopwords="en", show_progress=False)
-        if not tokens.ids or not tokens.ids[0]:
-            return []
-        k = min(k, len(self.passages))
-        docs, scores = self._index.retrieve(tokens, k=k, show_progress=False)
-        return [self.passages[int(i)] for i, s in zip(docs[0], scores[0], strict=True) if s > 0]
-
-
 @functools.cache
 def _default_retriever() -> BM25Retriever:
     return BM25Retriever(default_corpus())
@@ -332,30 +282,129 @@ class MultihopQAEnv(AnswerEnv):
     """Multi-hop QA with ``search``; ``reset`` returns the question text. See the module docstring.
 
     Args:
-        corpus_path: JSONL passage corpus; default the constructed corpus.
-        top_k: passages per search.
+        corpus_path: JSONL passage corpus searched in-process with bm25s (`trace_rl.envs.retrieval.load_corpus`:
+            ``{"id", "title", "text"}`` or Search-R1's ``{"id", "contents"}`` rows; indexed once per process);
+            default the constructed corpus.
+        retriever_url: a Search-R1-style retrieval server's endpoint (``http://host:port/retrieve``) to search
+            instead of an in-process index (`trace_rl.envs.retrieval_client`); it holds its own corpus, so
+            ``corpus_path`` cannot be set with it.
+        top_k: passages per search (the server is asked for ``topk=top_k``).
         max_turns: assistant turns before the episode ends with reward 0.
+        retriever_timeout_s: seconds per request to the server.
+        retriever_retries: retries (with exponential backoff) of a request that met a connection error, a
+            timeout or an HTTP 5xx.
+
+    A search the server could not answer is an error observation (``Error: search failed: ...``; the turn counts,
+    the episode goes on); every turn with tool calls reports ``info["tool_errors"]`` (such failed calls) and
+    ``info["tool_retries"]`` (retries spent), and the shared client counts requests, retries and failures
+    (`trace_rl.envs.retrieval_client.RetrievalStats`, ``env.client.stats``).
+
+    Raises:
+        ValueError: a setting out of range, a bad URL, or both ``corpus_path`` and ``retriever_url``.
+        DataError: a corpus file that cannot be read.
     """
 
     name = ENV_NAME
 
-    def __init__(self, *, corpus_path: str | None = None, top_k: int = 3, max_turns: int = 8) -> None:
+    def __init__(
+        self,
+        *,
+        corpus_path: str | None = None,
+        retriever_url: str | None = None,
+        top_k: int = 3,
+        max_turns: int = 8,
+        retriever_timeout_s: float = DEFAULT_TIMEOUT_S,
+        retriever_retries: int = DEFAULT_RETRIES,
+    ) -> None:
+        self.check_settings(
+            corpus_path=corpus_path,
+            retriever_url=retriever_url,
+            top_k=top_k,
+            max_turns=max_turns,
+            retriever_timeout_s=retriever_timeout_s,
+            retriever_retries=retriever_retries,
+        )
         super().__init__(max_turns=max_turns)
-        if top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {top_k}")
         self.top_k = top_k
-        self.retriever = BM25Retriever(load_corpus(corpus_path)) if corpus_path else _default_retriever()
+        self.retriever: BM25Retriever | None = None
+        self.client: SearchR1Client | None = None
+        if retriever_url is not None:
+            self.client = shared_client(retriever_url, float(retriever_timeout_s), retriever_retries)
+        else:
+            self.retriever = corpus_retriever(corpus_path) if corpus_path else _default_retriever()
+        self._turn_errors = 0
+        self._turn_retries = 0
+
+    @staticmethod
+    def check_settings(
+        *,
+        corpus_path: str | None = None,
+        retriever_url: str | None = None,
+        top_k: int = 3,
+        max_turns: int = 8,
+        retriever_timeout_s: float = DEFAULT_TIMEOUT_S,
+        retriever_retries: int = DEFAULT_RETRIES,
+    ) -> None:
+        """The constructor's checks, without loading or contacting anything (config validation calls it through
+        `trace_rl.envs.env_kwargs_problem`).
+
+        Raises:
+            ValueError: see the class docstring.
+        """
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}")
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"max_turns must be an integer >= 1, got {max_turns!r}")
+        if corpus_path is not None and not isinstance(corpus_path, str | Path):
+            raise ValueError(f"corpus_path must be a path, got {corpus_path!r}")
+        if retriever_url is None:
+            if (retriever_timeout_s, retriever_retries) != (DEFAULT_TIMEOUT_S, DEFAULT_RETRIES):
+                raise ValueError(
+                    "retriever_timeout_s and retriever_retries apply to a retrieval server only; "
+                    "set retriever_url or leave them at their defaults"
+                )
+            return
+        check_url(retriever_url)
+        if corpus_path is not None:
+            raise ValueError(
+                "corpus_path cannot take effect with retriever_url (the retrieval server searches its own "
+                "corpus: give the corpus to the server, or drop retriever_url)"
+            )
+        if isinstance(retriever_timeout_s, bool) or not isinstance(retriever_timeout_s, int | float):
+            raise ValueError(f"retriever_timeout_s must be a number of seconds, got {retriever_timeout_s!r}")
+        if not retriever_timeout_s > 0:
+            raise ValueError(f"retriever_timeout_s must be > 0, got {retriever_timeout_s}")
+        if (
+            isinstance(retriever_retries, bool)
+            or not isinstance(retriever_retries, int)
+            or retriever_retries < 0
+        ):
+            raise ValueError(f"retriever_retries must be an integer >= 0, got {retriever_retries!r}")
+
+    def step(self, assistant_text: str) -> StepResult:
+        self._turn_errors = self._turn_retries = 0
+        result = super().step(assistant_text)
+        if result.info.get("role") == "tool":
+            result.info["tool_errors"] = self._turn_errors
+            result.info["tool_retries"] = self._turn_retries
+        return result
 
     def call_tool(self, state: EpisodeState, call: ToolCall) -> str:
         query = call.arguments.get("query")
         if not isinstance(query, str):
             raise ValueError("search needs a string argument 'query'")
-        hits = self.retriever.search(query, self.top_k)
-        if not hits:
-            return "No results."
-        return "\n".join(
-            f"[{i}] {p.title}: {p.text}" if p.title else f"[{i}] {p.text}" for i, p in enumerate(hits, 1)
-        )
+        if self.client is None:
+            assert self.retriever is not None
+            return format_hits(self.retriever.search(query, self.top_k))
+        try:
+            hits, retries = self.client.search(query, self.top_k)
+        except RetrievalError as exc:
+            self._turn_errors += 1
+            self._turn_retries += exc.retries
+            tried = f" after {exc.retries + 1} attempts" if exc.retries else ""
+            return f"Error: search failed{tried}: {exc}"
+        self._turn_retries += retries
+        return format_hits(hits)
 
     def score(self, task: Task, answer: str) -> tuple[float, dict[str, Any]]:
         golds = [str(a) for a in cast(list[Any], task.metadata.get("answers", [task.answer or ""]))]

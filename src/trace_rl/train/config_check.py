@@ -57,10 +57,13 @@ def validate(cfg: TrainConfig) -> None:
         "device",
         f"must be auto, cpu, cuda or cuda:N, got {cfg.device!r}",
     )
-    from trace_rl.envs import env_problem
+    from trace_rl.envs import env_kwargs_problem, env_problem
 
     env_error = env_problem(cfg.env.name, gold=cfg.policy.sft_steps > 0)
     need(env_error is None, "env.name", str(env_error))
+    need("max_turns" not in cfg.env.env_kwargs, "env.env_kwargs", "max_turns is set by env.max_turns")
+    kwargs_error = env_kwargs_problem(cfg.env.name, cfg.env.env_kwargs) if cfg.env.env_kwargs else None
+    need(kwargs_error is None, "env.env_kwargs", str(kwargs_error))
     need(
         cfg.env.eval_temperature > 0 or cfg.env.eval_samples == 1,
         "env.eval_samples",

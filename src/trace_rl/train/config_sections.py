@@ -39,6 +39,10 @@ class EnvSection:
             ``eval_samples`` seeded samples per task, the same seeds at every evaluation).
         eval_samples: samples per held-out task (1 when greedy).
         task_kwargs: extra keyword arguments for the environment's task loader.
+        env_kwargs: extra keyword arguments for the environment itself (``make_env(name, **env_kwargs)``, in
+            training, evaluation and the warm start), e.g. multihop_qa's ``corpus_path`` or ``retriever_url``
+            (docs/environments.md); ``max_turns`` is ``env.max_turns``. Checked against the environment's
+            signature (and its ``check_settings``) when the config is validated.
         data_seed: seed of the task data: the held-out tasks (test split), the RL pool (train split) and the
             warm start's stream (train split at ``data_seed + trace_rl.train.hygiene.SFT_SEED_OFFSET``). It does
             not change with the run's ``seed``, which only orders the RL pool and drives sampling, so the runs
@@ -54,6 +58,7 @@ class EnvSection:
     eval_temperature: float = 0.0
     eval_samples: int = 1
     task_kwargs: dict[str, Any] = field(default_factory=dict)
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
     data_seed: int = 0
 
 

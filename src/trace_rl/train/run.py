@@ -88,7 +88,7 @@ class Trainer:
         self.shape = budget_shape(cfg)
         self.rng = np.random.default_rng(cfg.seed)  # prompt sampling and allocation
         self.update_rng = np.random.default_rng([cfg.seed, UPDATE_STREAM])  # minibatch order
-        env_kwargs = {"max_turns": cfg.env.max_turns}
+        env_kwargs = {**cfg.env.env_kwargs, "max_turns": cfg.env.max_turns}
         self._load_tasks()
         self.cursor = DataCursor(len(self.tasks), cfg.seed)
         self.env_factory = TimedEnvFactory(lambda: make_env(cfg.env.name, **env_kwargs))

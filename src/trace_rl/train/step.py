@@ -296,6 +296,9 @@ def training_step(
         "turns_per_rollout": float(np.mean([len(e.turns) for e in roots])) if roots else 0.0,
         "tokens_generated": tokens,
         "tool_calls": sum(_tool_calls(t.info) for e in roots + replays for t in e.turns),
+        # tool calls whose tool failed (e.g. a retrieval server down: an error observation) and their retries
+        "tool_errors": sum(_info_count(t.info, "tool_errors") for e in roots + replays for t in e.turns),
+        "tool_retries": sum(_info_count(t.info, "tool_retries") for e in roots + replays for t in e.turns),
         "wall_s": wall,
         "time_generation_s": parts.timers.get("generation", 0.0),
         "time_tools_s": parts.timers.get("tools", 0.0),
@@ -479,6 +482,12 @@ def _tool_calls(info: dict[str, Any]) -> int:
     """Tool calls a turn made (envs list one tool result per call in info["tool_results"])."""
     results = info.get("tool_results")
     return len(results) if isinstance(results, list) else 0
+
+
+def _info_count(info: dict[str, Any], key: str) -> int:
+    """A count an env reported in a turn's info (0 where it reports none)."""
+    value = info.get(key, 0)
+    return int(value) if isinstance(value, int | float) else 0
 
 
 def _predictor_fields(metrics: dict[str, Any]) -> dict[str, Any]:

@@ -86,7 +86,7 @@ def warm_start_policy(
     examples = build_sft_examples(
         tasks,
         gold,
-        lambda: make_env(cfg.env.name),
+        lambda: make_env(cfg.env.name, **cfg.env.env_kwargs),
         policy.tokenizer,
         render_tools=pol.render_tools,
     )
@@ -212,7 +212,7 @@ def sample_probe(
     episodes = asyncio.run(
         sample_episodes(
             LocalEngine(policy, max_batch=64),
-            lambda: make_env(cfg.env.name),
+            lambda: make_env(cfg.env.name, **cfg.env.env_kwargs),
             codec,
             list(prompts),
             sampling,
