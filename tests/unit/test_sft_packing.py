@@ -49,7 +49,9 @@ def test_packed_batches_give_the_padded_loss_and_gradient(
     spans: list[int] = []
     real = segments.tree_attention
     monkeypatch.setattr(
-        segments, "tree_attention", lambda q, k, v, chains, *a: spans.append(len(chains)) or real(q, k, v, chains, *a)
+        segments,
+        "tree_attention",
+        lambda q, k, v, chains, *a: spans.append(len(chains)) or real(q, k, v, chains, *a),
     )
     loss_pad, g_pad = grads(model, batch, False)
     assert spans == []
@@ -74,7 +76,8 @@ def test_segment_forward_gives_each_sequence_its_own_logits(tiny_policy, float64
             assert torch.allclose(logits[start : start + seq.size], alone, rtol=1e-9, atol=1e-9)
     with pytest.raises(ValueError, match="no empty one"):
         segments.segment_forward(model, [seqs[0], seqs[0][:0]])
-    assert model.config._attn_implementation == "trace_segments|sdpa"  # set once, at load, not flipped per forward
+    # set once, at load, not flipped around the forward
+    assert model.config._attn_implementation == "trace_segments|sdpa"
 
 
 def test_sft_packing_setting_is_validated() -> None:

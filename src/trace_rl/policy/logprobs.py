@@ -46,7 +46,6 @@ class LogprobStrategy:
     reason: str = ""
 
 
-
 def at_most(name: str, cap: str) -> str:
     """The less capable of two strategies (`STRATEGIES`).
 
@@ -79,11 +78,15 @@ def logprob_strategy(model: Any) -> LogprobStrategy:
 def _choose(model: Any) -> LogprobStrategy:
     name = type(model).__name__
     if reason := packing_support_issue(model):
-        _log.warning("packed forwards: %s; using the padded update and padded warm-start batches for %s", reason, name)
+        _log.warning(
+            "packed forwards: %s; using the padded update and padded warm-start batches for %s", reason, name
+        )
         return LogprobStrategy("padded", reason)
     if reason := segment_support_issue(model):
         _log.warning(
-            "packed forwards: %s; packed rows keep the dense mask (padded warm-start batches) for %s", reason, name
+            "packed forwards: %s; packed rows keep the dense mask (padded warm-start batches) for %s",
+            reason,
+            name,
         )
         return LogprobStrategy("mask", reason)
     return LogprobStrategy("chains")

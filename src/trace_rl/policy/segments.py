@@ -49,7 +49,8 @@ or ``"trace_segments|eager"``, `segment_attention` falling through to the named 
 OWN_ATTENTION = ("sdpa", "eager")
 """Attention implementations `segment_attention` can fall through to (their masks and functions are transformers')."""
 
-_SPANS = "segment_spans"  # the keyword argument carrying a forward's compiled spans (`Chain`s) to the attention
+# the keyword argument that carries a forward's compiled spans (`Chain`s) to the attention function
+_SPANS = "segment_spans"
 
 Chain = tuple[int, int, Any, Any]
 """(start, end, ancestors, mask) of one segment, compiled for the kernel: queries start..end-1 attend to the keys
@@ -106,7 +107,9 @@ class TreeSpans:
             return [int(v) for v in (x.tolist() if hasattr(x, "tolist") else x)]
 
         cu_q, cu_k = ints(self.cu_seqlens_q), ints(self.cu_seqlens_k)
-        kv = np.asarray(self.kv_index.cpu() if hasattr(self.kv_index, "cpu") else self.kv_index, dtype=np.int64)
+        kv = np.asarray(
+            self.kv_index.cpu() if hasattr(self.kv_index, "cpu") else self.kv_index, dtype=np.int64
+        )
         out: list[Chain] = []
         for s in range(len(cu_q) - 1):
             q0, q1, k0, k1 = cu_q[s], cu_q[s + 1], cu_k[s], cu_k[s + 1]
@@ -126,7 +129,9 @@ class TreeSpans:
         return out
 
 
-def tree_attention(query: Any, key: Any, value: Any, chains: Sequence[Chain], scaling: float | None, p: float) -> Any:
+def tree_attention(
+    query: Any, key: Any, value: Any, chains: Sequence[Chain], scaling: float | None, p: float
+) -> Any:
     """The one trie-attention kernel: each segment's queries attend to its path's keys (`TreeSpans`).
 
     Args:
@@ -155,7 +160,12 @@ def tree_attention(query: Any, key: Any, value: Any, chains: Sequence[Chain], sc
         if ancestors is None:
             out.append(
                 F.scaled_dot_product_attention(
-                    q, key[:, :, start:end], value[:, :, start:end], is_causal=True, scale=scaling, dropout_p=p
+                    q,
+                    key[:, :, start:end],
+                    value[:, :, start:end],
+                    is_causal=True,
+                    scale=scaling,
+                    dropout_p=p,
                 )
             )
             continue
@@ -301,7 +311,9 @@ def _starts(lengths: Sequence[int]) -> npt.NDArray[np.int64]:
     return np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
 
 
-def _row_logits(model: Any, ids: npt.NDArray[np.int64], positions: npt.NDArray[np.int64], spans: TreeSpans) -> Any:
+def _row_logits(
+    model: Any, ids: npt.NDArray[np.int64], positions: npt.NDArray[np.int64], spans: TreeSpans
+) -> Any:
     """Logits (T, V) of ``model`` on one row of token ids (T,) at ``positions`` (T,), its attention
     `segment_attention` over ``spans``. A placeholder 4D mask stands for the spans: transformers takes a 4D mask as
     prepared, so it builds no (T, T) mask that nothing would read."""

@@ -38,15 +38,14 @@ import numpy as np
 import numpy.typing as npt
 
 from trace_rl.advantages.tokens import PathTokens
+from trace_rl.policy.logprobs import at_most, logprob_strategy
 from trace_rl.policy.packing import (
     MASK_ATTENTION,
     PackedRow,
     pack_sequences,
     packed_forward,
-    packing_support_issue,
     shared_prefix,
 )
-from trace_rl.policy.logprobs import at_most, logprob_strategy
 from trace_rl.policy.segments import tree_forward
 from trace_rl.train.logprobs import upcast
 
@@ -60,9 +59,10 @@ __all__ = [
     "pack_sequences",
     "packed_logprobs",
     "plan_packed_passes",
-    "update_strategy",
     "tree_mask_support",
+    "update_strategy",
 ]
+
 
 def full_sequence(row: PathTokens) -> npt.NDArray[np.int64]:
     """A path's model input: its prompt ids followed by its turn ids, int64 (P + T,)."""

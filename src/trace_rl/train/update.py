@@ -37,8 +37,8 @@ import numpy as np
 from trace_rl.advantages import grpo_advantages, token_advantages, tree_grpo_advantages, treerpo_advantages
 from trace_rl.advantages.tokens import PathTokens
 from trace_rl.policy.compiled import compile_failure, compiled, strict
-from trace_rl.train.logprobs import sequence_logprobs
 from trace_rl.policy.logprobs import logprob_strategy
+from trace_rl.train.logprobs import sequence_logprobs
 from trace_rl.train.packing import (
     CHAIN_ROW_TOKENS,
     ROW_TOKENS,
