@@ -190,11 +190,10 @@ def alternate(
     model: Any, start: dict[str, Any], trees: list[Any], repeats: int, ways: dict[str, dict[str, Any]]
 ) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, float], dict[str, list[Any]]]:
     """Run the eager tree-packed update once per way per repeat, alternating, from the same start weights; a way
-    is the attributes of `trace_rl.train.update` it replaces for its run (restored after). Returns the wall and
-    CPU seconds of every run, each way's ``forward_tokens`` and weights after its last run."""
+    is the keyword arguments of `trace_rl.train.update.policy_update` it runs with (``strategy``, ``row_tokens``).
+    Returns the wall and CPU seconds of every run, each way's ``forward_tokens`` and weights after its last run."""
     import torch
 
-    import trace_rl.train.update as update
     from trace_rl.train.update import UpdateSettings, policy_update
 
     settings = UpdateSettings(estimator="treerpo", minibatches=2, micro_tokens=4096, packing="tree")
@@ -203,20 +202,13 @@ def alternate(
     tokens: dict[str, float] = {}
     weights: dict[str, list[Any]] = {}
     for _ in range(repeats):
-        for name, patches in ways.items():
-            saved = {attr: getattr(update, attr) for attr in patches}
-            try:
-                for attr, value in patches.items():
-                    setattr(update, attr, value)
-                model.load_state_dict(start)
-                opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95))
-                t0, c0 = time.perf_counter(), time.process_time()
-                stats = policy_update(model, opt, trees, settings, pad_id=0, rng=np.random.default_rng(0))
-                wall[name].append(time.perf_counter() - t0)
-                cpu[name].append(time.process_time() - c0)
-            finally:
-                for attr, value in saved.items():
-                    setattr(update, attr, value)
+        for name, way in ways.items():
+            model.load_state_dict(start)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95))
+            t0, c0 = time.perf_counter(), time.process_time()
+            stats = policy_update(model, opt, trees, settings, pad_id=0, rng=np.random.default_rng(0), **way)
+            wall[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
             tokens[name] = stats["forward_tokens"]
             weights[name] = [p.detach().clone() for p in model.parameters()]
     return wall, cpu, tokens, weights
@@ -239,8 +231,8 @@ def _setup(args: argparse.Namespace, trees: list[Any]) -> dict[str, Any]:
 
 def compare_chains(model: Any, start: dict[str, Any], trees: list[Any], args: argparse.Namespace) -> None:
     """``--compare chains``: the eager packed update with the dense mask against the padding-free chains,
-    alternating, same start weights (the mask way by answering `segment_support` False)."""
-    ways: dict[str, dict[str, Any]] = {"mask": {"segment_support": lambda _model: False}, "chains": {}}
+    alternating, same start weights (the mask way by capping the model's log-prob strategy at "mask")."""
+    ways: dict[str, dict[str, Any]] = {"mask": {"strategy": "mask"}, "chains": {}}
     wall, cpu, tokens, weights = alternate(model, start, trees, args.repeats, ways)
     med = {name: statistics.median(v) for name, v in wall.items()}
     med_cpu = {name: statistics.median(v) for name, v in cpu.items()}
@@ -263,10 +255,10 @@ def compare_chains(model: Any, start: dict[str, Any], trees: list[Any], args: ar
 def compare_row_tokens(model: Any, start: dict[str, Any], trees: list[Any], args: argparse.Namespace) -> None:
     """``--compare row_tokens``: the eager (chains) packed update with its rows capped at `ROW_TOKENS` (the dense
     mask's cap, the baseline) against each cap of ``--row-tokens`` (0: no cap but ``micro_tokens``), alternating;
-    a way sets the cap the update reads (`trace_rl.train.update.CHAIN_ROW_TOKENS`)."""
+    a way passes its cap to the update (``row_tokens``; the default is `trace_rl.train.packing.CHAIN_ROW_TOKENS`)."""
     from trace_rl.train.packing import ROW_TOKENS
 
-    ways = {str(cap): {"CHAIN_ROW_TOKENS": cap} for cap in (ROW_TOKENS, *args.row_tokens)}
+    ways = {str(cap): {"row_tokens": cap} for cap in (ROW_TOKENS, *args.row_tokens)}
     wall, cpu, tokens, weights = alternate(model, start, trees, args.repeats, ways)
     base = str(ROW_TOKENS)
     med = {name: statistics.median(v) for name, v in wall.items()}

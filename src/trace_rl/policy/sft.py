@@ -27,7 +27,8 @@ import numpy.typing as npt
 
 from trace_rl.policy.chat import CHAT, IM_END
 from trace_rl.policy.compiled import compile_failure, compiled, strict
-from trace_rl.policy.segments import segment_forward, segment_support_issue
+from trace_rl.policy.logprobs import logprob_strategy
+from trace_rl.policy.segments import segment_forward
 from trace_rl.types import Task
 
 _log = logging.getLogger(__name__)
@@ -192,8 +193,8 @@ def batch_loss(
 
     ``packed=False``: one row per example, padded with ``pad_id`` to the longest. ``packed=True``: the examples as one
     row without padding, each attending to its own earlier tokens only (`trace_rl.policy.segments.segment_forward`;
-    ``model`` must pass `segment_support_issue`), so the matrix products compute the batch's real tokens and
-    attention each example's own square; the same loss up to floating-point rounding.
+    ``model``'s log-prob strategy must be "chains", `trace_rl.policy.logprobs`), so the matrix products compute the
+    batch's real tokens and attention each example's own square; the same loss up to floating-point rounding.
 
     ``dtype="bfloat16"``: the model's forward runs under `torch.autocast` to bfloat16 on the model's device (its
     matrix products in bfloat16, float32 weights; the logits are upcast before the loss), so ``backward`` of
@@ -295,9 +296,9 @@ def train_sft(
     eval_seconds = 0.0
     loss_ema = float("nan")
     packed = cfg.packing == "tree"
-    if packed and (reason := segment_support_issue(model)):
+    if packed and (strategy := logprob_strategy(model)).name != "chains":
         packed = False
-        (log or _log.warning)(f"SFT packing=tree: {reason}; using padded batches")
+        (log or _log.warning)(f"SFT packing=tree: {strategy.reason}; using padded batches")
     net = compiled(model) if cfg.compile else model
     model.train()
     for step in range(cfg.steps):

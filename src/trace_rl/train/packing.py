@@ -10,9 +10,9 @@ the longest row of its pass, so a shared prefix is computed once per path below 
 - a token attends to itself and its ancestors only, and its position id is its depth in the trie, which is its
   position in every path through it. Two ways run that attention: eager (``chains``), a pass's packed rows end to
   end without padding, each chain of a trie attending to its ancestors' keys and causally to its own
-  (`trace_rl.policy.segments.tree_forward`, an attention function registered with transformers); compiled, or for a
-  model whose attention function cannot be replaced (`segment_support`), the rows padded to the pass's longest
-  under a 4D (rows, 1, N, N) additive mask;
+  (`trace_rl.policy.segments.tree_forward`, the trie-attention kernel the TRL adapter shares); compiled, or for a
+  model whose attention function cannot be replaced, the rows padded to the pass's longest under a 4D
+  (rows, 1, N, N) additive mask;
 
 so each token's hidden state is exactly the one it has in each unpacked path through it (the same tokens at the same
 positions under causal attention), and each path's log-probabilities are read at its own tokens' packed positions:
@@ -22,16 +22,14 @@ sequences, each sharing with its predecessor their longest common prefix, which 
 longest it shares with any earlier one), so two paths share a computed token exactly when their whole prefixes up
 to it are equal: sharing is exact by construction, whatever the tree's bookkeeping says.
 
-Tree-aware trainers (TreeRL, TreePO, Tree-GRPO) save compute the same way. `tree_mask_support` checks that a model
-can take the mask (Hugging Face eager or sdpa attention, and a probe on two short paths); `trace_rl.train.update`
-falls back to the padded update, with one log line, for a model that cannot, and to the mask, with one log line,
-for a model that takes the mask but not the chains.
+Tree-aware trainers (TreeRL, TreePO, Tree-GRPO) save compute the same way. Which way runs is the model's log-prob
+strategy (`trace_rl.policy.logprobs`: "chains", "mask" or "padded", probed once per model, at load, with one log line
+when it is not "chains"); `update_strategy` caps it for the update's settings (padded rows under ``packing="none"``,
+the mask under ``compile``).
 """
 
 from __future__ import annotations
 
-import logging
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,15 +38,15 @@ import numpy as np
 import numpy.typing as npt
 
 from trace_rl.advantages.tokens import PathTokens
+from trace_rl.policy.logprobs import at_most, logprob_strategy
 from trace_rl.policy.packing import (
     MASK_ATTENTION,
     PackedRow,
     pack_sequences,
     packed_forward,
-    packing_support_issue,
     shared_prefix,
 )
-from trace_rl.policy.segments import segment_support_issue, tree_forward
+from trace_rl.policy.segments import tree_forward
 from trace_rl.train.logprobs import upcast
 
 __all__ = [
@@ -61,11 +59,9 @@ __all__ = [
     "pack_sequences",
     "packed_logprobs",
     "plan_packed_passes",
-    "segment_support",
     "tree_mask_support",
+    "update_strategy",
 ]
-
-_log = logging.getLogger(__name__)
 
 
 def full_sequence(row: PathTokens) -> npt.NDArray[np.int64]:
@@ -95,7 +91,7 @@ ROW_TOKENS = 1024
 """Default cap on a packed row's tokens. Under the dense ancestry mask attention over a packed row of N tokens is
 N^2, so a long row spends more on attention than sharing saves; with the tiny policy on CPU, capping rows at 1,024
 tokens made the packed update 0.405x the padded one on a real `multistep` minibatch instead of 0.453x uncapped, and
-0.88x instead of 1.02x on synthetic trees with long replays (docs/benchmarks.md, tree-packed policy update). Measured
+0.88x instead of 1.02x on synthetic trees with long replays (docs/notebook/benchmarks_history.md, tree-packed policy update). Measured
 with the mask; the padding-free chains attend per chain, so for them the cap mainly splits sharing:
 `CHAIN_ROW_TOKENS`."""
 
@@ -183,8 +179,8 @@ def packed_logprobs(
 
     ``chains=False``: the packed rows padded to the longest, each under its dense (N, N) ancestry mask
     (`trace_rl.policy.packing.packed_forward`). ``chains=True``: the rows end to end without padding, each chain
-    of a trie attending to its ancestors and itself only (`trace_rl.policy.segments.tree_forward`; ``model`` must
-    pass `segment_support`), the same log-probabilities up to rounding at a token's ancestry's cost of attention.
+    of a trie attending to its ancestors and itself only (`trace_rl.policy.segments.tree_forward`; ``model``'s
+    log-prob strategy must be "chains"), the same log-probabilities up to rounding at a token's ancestry's cost of attention.
 
     Args:
         model: a causal LM taking ``input_ids``, ``position_ids`` and a 4D additive ``attention_mask``
@@ -234,32 +230,25 @@ def packed_logprobs(
     return out
 
 
-_SUPPORT: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
-_CHAIN_SUPPORT: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
-
-
-def segment_support(model: Any) -> bool:
-    """Whether ``model`` can run the packed update's rows without padding (`packed_logprobs` with ``chains``:
-    `trace_rl.policy.segments.segment_support_issue` finds nothing). Checked once per model object; one that
-    cannot keeps the dense ancestry mask, with one log line."""
-    if model not in _CHAIN_SUPPORT:
-        reason = segment_support_issue(model)
-        if reason:
-            _log.warning(
-                "optim.packing=tree: %s; packed rows keep the dense mask for %s", reason, type(model).__name__
-            )
-        _CHAIN_SUPPORT[model] = not reason
-    return _CHAIN_SUPPORT[model]
-
-
 def tree_mask_support(model: Any) -> bool:
-    """Whether ``model`` can run the packed update (`trace_rl.policy.packing.packing_support_issue` finds nothing).
-    Checked once per model object; a model that fails is logged once (`trace_rl.train.update` then uses the padded
-    update)."""
-    if model in _SUPPORT:
-        return _SUPPORT[model]
-    reason = packing_support_issue(model)
-    if reason:
-        _log.warning("optim.packing=tree: %s; using the padded update for %s", reason, type(model).__name__)
-    _SUPPORT[model] = not reason
-    return not reason
+    """Whether ``model`` can run the packed update: its log-prob strategy (`trace_rl.policy.logprobs`, chosen once
+    per model, with one log line when it is not "chains") is not "padded"."""
+    return logprob_strategy(model).name != "padded"
+
+
+def update_strategy(model: Any, packing: str, compile: bool, override: str | None = None) -> str:
+    """How the policy update computes ``model``'s log-probabilities: "chains", "mask" or "padded".
+
+    Its log-prob strategy, at most "padded" under ``packing="none"``, at most "mask" under ``compile`` (one graph
+    for every pass's shape, where the chains' Python loop would recompile per tree shape), and at most
+    ``override`` (a benchmark comparing the ways on one model).
+
+    Raises:
+        ValueError: ``override`` not one of `trace_rl.policy.logprobs.STRATEGIES`.
+    """
+    if packing == "none":
+        return "padded"
+    way = logprob_strategy(model).name
+    if compile:
+        way = at_most(way, "mask")
+    return way if override is None else at_most(way, override)

@@ -21,8 +21,8 @@ attention that lets a token see only its own ancestry (eager: the rows end to en
 trie's chains; compiled: a dense ancestry mask) and position ids that restart per path, so each path's
 log-probabilities, and therefore the loss and its gradient, are those of the padded update (``packing="none"``: one
 row per path, padded to the longest of its pass) up to floating-point rounding. A model whose attention cannot take
-such a mask (`trace_rl.train.packing.tree_mask_support`) gets the padded update, and one that takes the mask but
-not the chains (`segment_support`) the mask, each with one log line.
+such a mask gets the padded update, and one that takes the mask but not the chains the mask: the model's log-prob
+strategy (`trace_rl.policy.logprobs`), chosen once per model with one log line.
 """
 
 from __future__ import annotations
@@ -37,14 +37,15 @@ import numpy as np
 from trace_rl.advantages import grpo_advantages, token_advantages, tree_grpo_advantages, treerpo_advantages
 from trace_rl.advantages.tokens import PathTokens
 from trace_rl.policy.compiled import compile_failure, compiled, strict
+from trace_rl.policy.logprobs import logprob_strategy
 from trace_rl.train.logprobs import sequence_logprobs
 from trace_rl.train.packing import (
     CHAIN_ROW_TOKENS,
     ROW_TOKENS,
     packed_logprobs,
     plan_packed_passes,
-    segment_support,
     tree_mask_support,
+    update_strategy,
 )
 from trace_rl.tree import REWARD_ATOL, RolloutTree
 
@@ -203,13 +204,14 @@ def forward_passes(
     total_tokens: float | None = None,
     total_rows: int | None = None,
     chains: bool = False,
+    row_tokens: int | None = None,
 ) -> list[tuple[list[PathTokens], list[list[int]] | None, float, float, int]]:
     """The forward passes of a minibatch: (paths, packed rows or None, loss scale, token share, computed tokens).
 
     ``packed``: passes of `trace_rl.train.packing.plan_packed_passes` (packed rows of one prompt each, given as
     lists of indices into the pass's paths, rows of at most `ROW_TOKENS` tokens; computed tokens = packed rows x
     longest packed row, or with ``chains``, the rows run end to end without padding, rows of at most
-    `CHAIN_ROW_TOKENS`, the rows' own tokens); otherwise those of
+    `CHAIN_ROW_TOKENS`, the rows' own tokens; ``row_tokens`` another cap); otherwise those of
     `micro_batches` (None; computed tokens = rows x longest row). Scale and share as in `micro_batches`, so both
     give the minibatch's loss and gradient.
     """
@@ -221,7 +223,9 @@ def forward_passes(
             )
         ]
     out: list[tuple[list[PathTokens], list[list[int]] | None, float, float, int]] = []
-    for p in plan_packed_passes(batch, settings.micro_tokens, CHAIN_ROW_TOKENS if chains else ROW_TOKENS):
+    if row_tokens is None:
+        row_tokens = CHAIN_ROW_TOKENS if chains else ROW_TOKENS
+    for p in plan_packed_passes(batch, settings.micro_tokens, row_tokens):
         group = [batch[i] for i in p.paths]
         out.append(
             (
@@ -260,7 +264,7 @@ def _micro_loss(
     if settings.kl_coef > 0 and ref_model is not None:
         with torch.no_grad():
             ref_rows = packed_rows if packed_rows is not None and tree_mask_support(ref_model) else None
-            ref_chains = chains and ref_rows is not None and segment_support(ref_model)
+            ref_chains = chains and ref_rows is not None and logprob_strategy(ref_model).name == "chains"
             ref = _logprobs(ref_model, micro, ref_rows, settings.temperature, pad_id, span, ref_chains)
     return policy_loss(
         new,
@@ -311,6 +315,8 @@ def policy_update(
     pad_id: int,
     rng: np.random.Generator,
     ref_model: Any | None = None,
+    strategy: str | None = None,
+    row_tokens: int | None = None,
 ) -> dict[str, float]:
     """Clipped-surrogate update of ``model`` on the trees' paths (PPO/GRPO loss, trace_rl.advantages.losses).
 
@@ -320,7 +326,9 @@ def policy_update(
     most ``settings.micro_tokens`` computed tokens (`forward_passes`: the same gradient, a fraction of the
     activation memory), tree-packed under ``settings.packing="tree"`` when the model supports it
     (`trace_rl.train.packing`), padded otherwise; through ``torch.compile`` under ``settings.compile``
-    (`trace_rl.policy.compiled`: the same loss and gradient up to float32 rounding). A minibatch with nothing to forward still takes its optimizer step
+    (`trace_rl.policy.compiled`: the same loss and gradient up to float32 rounding). How the log-probabilities are
+    computed is the model's log-prob strategy, chosen once per model (`trace_rl.train.packing.update_strategy`);
+    ``strategy`` caps it and ``row_tokens`` sets the packed rows' cap (benchmarks compare the ways so). A minibatch with nothing to forward still takes its optimizer step
     with a zero gradient (Adam's moments keep moving, as in verl), so every method takes the same number of steps.
 
     Raises:
@@ -349,10 +357,9 @@ def policy_update(
     stats: dict[str, list[float]] = {}
     steps = 0
     computed = 0
-    packed = settings.packing == "tree" and any(live) and tree_mask_support(model)
-    # eager: the packed rows without padding, attention along each trie's chains; compiled: the dense ancestry
-    # mask (one graph for every pass's shape, where the chains' Python loop would recompile per tree shape)
-    chains = packed and not settings.compile and segment_support(model)
+    # eager: the packed rows without padding, attention along each trie's chains; compiled: the dense ancestry mask
+    way = update_strategy(model, settings.packing, settings.compile, strategy) if any(live) else "padded"
+    packed, chains = way != "padded", way == "chains"
     net = compiled(model) if settings.compile else model  # the policy's forward; its weights are model's
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
@@ -371,6 +378,7 @@ def policy_update(
                     total_tokens=sum(float(r.loss_mask.sum()) for r in batch),
                     total_rows=len(batch),
                     chains=chains,
+                    row_tokens=row_tokens,
                 )
                 for micro, packed_rows, scale, token_share, tokens in passes:
                     computed += tokens

@@ -14,7 +14,9 @@ cannot train without CUDA, for two reasons and only these two:
 for unknown devices) and register `sdpa_tree_attention`, the same computation in plain PyTorch, in place of the
 FA3 kernel. Nothing else of the trainer changes. Call it once before constructing the trainer.
 Query i of a segment of length Lq whose path has Lk keys sees keys 0 .. Lk - Lq + i (FA's bottom-right causal
-alignment). `tests/trl/test_tree_attention.py` checks that packed log-probabilities equal separate forwards.
+alignment): TRL's trie is `trace_rl.policy.segments.TreeSpans`' layout, and `sdpa_tree_attention` runs it through
+the native update's kernel (`trace_rl.policy.segments.tree_attention`), so the two trainers share one trie format
+and one kernel. `tests/trl/test_tree_attention.py` checks that packed log-probabilities equal separate forwards.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+
+from trace_rl.policy.segments import TreeSpans, tree_attention
 
 
 def sdpa_tree_attention(
@@ -42,7 +45,9 @@ def sdpa_tree_attention(
     softcap: float | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """Attention over a packed prefix trie (transformers `AttentionInterface` signature).
+    """Attention over a packed prefix trie (transformers `AttentionInterface` signature): TRL's trie, which is
+    `trace_rl.policy.segments.TreeSpans`' layout, through the kernel the native update runs,
+    `trace_rl.policy.segments.tree_attention`.
 
     Args:
         query: (1, H, N, D) the N packed tokens' queries; key, value: (1, H_kv, N, D), H a multiple of H_kv.
@@ -56,36 +61,12 @@ def sdpa_tree_attention(
 
     Raises:
         NotImplementedError: sliding-window attention or logit soft-capping (not used by the models it serves).
+        ValueError: a segment's path that does not end with the segment's own tokens.
     """
     if sliding_window or softcap:
         raise NotImplementedError("sdpa_tree_attention supports neither sliding windows nor soft-capping")
-    q = query[0].transpose(0, 1)  # (N, H, D)
-    k = key[0].transpose(0, 1).index_select(0, tree_kv_index)  # (K, H_kv, D)
-    v = value[0].transpose(0, 1).index_select(0, tree_kv_index)
-    groups = q.shape[1] // k.shape[1]
-    if groups > 1:
-        k = k.repeat_interleave(groups, dim=1)
-        v = v.repeat_interleave(groups, dim=1)
-    out = torch.empty_like(q)
-    cu_q = tree_cu_seqlens_q.tolist()
-    cu_k = tree_cu_seqlens_k.tolist()
-    for s in range(len(cu_q) - 1):
-        q0, q1, k0, k1 = cu_q[s], cu_q[s + 1], cu_k[s], cu_k[s + 1]
-        lq, lk = q1 - q0, k1 - k0
-        if lq == 0:
-            continue
-        visible = (
-            torch.arange(lk, device=q.device)[None, :]
-            <= (lk - lq + torch.arange(lq, device=q.device))[:, None]
-        )
-        out[q0:q1] = F.scaled_dot_product_attention(
-            q[q0:q1].transpose(0, 1),  # (H, Lq, D)
-            k[k0:k1].transpose(0, 1),
-            v[k0:k1].transpose(0, 1),
-            attn_mask=visible,
-            scale=scaling,
-        ).transpose(0, 1)
-    return out.unsqueeze(0), None
+    spans = TreeSpans(tree_kv_index, tree_cu_seqlens_q, tree_cu_seqlens_k)
+    return tree_attention(query, key, value, spans.chains(query.device), scaling, 0.0), None
 
 
 def register_sdpa_tree_attention() -> None:
