@@ -252,7 +252,7 @@ def install_segment_attention(model: Any) -> str:
     impl = getattr(config, "_attn_implementation", None)
     if isinstance(impl, str) and impl.startswith(SEGMENT_ATTENTION + "|"):
         return ""
-    if impl is None:
+    if impl is None or config is None:
         return "it has no Hugging Face attention implementation to replace"
     if impl not in OWN_ATTENTION:
         return f"its attention implementation {impl!r} is not one of {', '.join(OWN_ATTENTION)}"

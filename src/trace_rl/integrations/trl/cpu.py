@@ -65,7 +65,7 @@ def sdpa_tree_attention(
     """
     if sliding_window or softcap:
         raise NotImplementedError("sdpa_tree_attention supports neither sliding windows nor soft-capping")
-    spans = TreeSpans(tree_kv_index, tree_cu_seqlens_q, tree_cu_seqlens_k)
+    spans = TreeSpans(tree_kv_index, tree_cu_seqlens_q.tolist(), tree_cu_seqlens_k.tolist())
     return tree_attention(query, key, value, spans.chains(query.device), scaling, 0.0), None
 
 
