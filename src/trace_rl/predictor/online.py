@@ -13,10 +13,10 @@ weight). :meth:`OnlineTrainer.observe_step` then
    examples in the rest; within each level ``current_share`` of the slots come from this step (cycled through
    without replacement, so a pass sees each example once) and the rest uniformly from older buffered steps.
 
-Predictors that refit on what they were given (the ``refit`` capability, `trace_rl.predictor.capabilities.Refitting`:
-the convex predictors of :mod:`trace_rl.predictor.convex`) keep their own store of past examples (a window of steps): for them step 3 is
-one ``update`` call with all of this step's new examples (nothing re-fed from the buffer, which would count them
-twice).
+Predictors that refit on what they were given (the ``refit`` capability,
+`trace_rl.predictor.capabilities.Refitting`: the convex predictors of :mod:`trace_rl.predictor.convex`) keep their
+own store of past examples (a window of steps): for them step 3 is one ``update`` call with all of this step's new
+examples (nothing re-fed from the buffer, which would count them twice).
 
 Cold start: until the first update the predictor returns its prior and ``predictor.is_warm`` is False; the
 training step should then allocate uniformly (docs/predictor.md).
