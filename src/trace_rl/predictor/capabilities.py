@@ -5,15 +5,15 @@ the members it promises. `check_capabilities` verifies the declaration when the 
 the trainer), and callers dispatch on the declaration through the ``as_*`` accessors, never by probing for
 members:
 
-=============  ==================  ===========================================  ===============================
-capability     protocol            members                                      declared by
-=============  ==================  ===========================================  ===============================
-``state``      `StateAware`        ``attach_state``, ``register_contexts``      convex sets with "state"
+=============  ==================  ============================================  ========================
+capability     protocol            members                                       declared by
+=============  ==================  ============================================  ========================
+``state``      `StateAware`        ``attach_state``, ``register_contexts``       convex sets with "state"
 ``group``      `GroupAware`        ``register_group``, ``reads_state_outcomes``  convex sets with "group"
-``posterior``  `HistoryPosterior`  ``posterior``, ``prior_strength``            every convex predictor
-``prepare``    `Preparable`        ``prepare``                                  every convex predictor
-``refit``      `Refitting`         ``history``                                  every convex predictor
-=============  ==================  ===========================================  ===============================
+``posterior``  `HistoryPosterior`  ``posterior``, ``prior_strength``             every convex predictor
+``prepare``    `Preparable`        ``prepare``                                   every convex predictor
+``refit``      `Refitting`         ``history``                                   every convex predictor
+=============  ==================  ============================================  ========================
 
 The torch predictors (`trace_rl.predictor.model`) declare none. A predictor without ``posterior`` is valued by
 `trace_rl.predictor.posterior_mean` with a fixed prior strength; one without ``refit`` is trained on batches
