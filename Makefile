@@ -10,7 +10,7 @@ MYPY_STRICT := src/trace_rl/types.py src/trace_rl/allocation src/trace_rl/tree s
                src/trace_rl/metrics/numbers.py src/trace_rl/metrics/prefix_stage.py src/trace_rl/metrics/regime.py \
                src/trace_rl/lab \
                src/trace_rl/predictor/metrics.py src/trace_rl/predictor/serialize.py src/trace_rl/predictor/examples.py \
-               src/trace_rl/predictor/base.py src/trace_rl/predictor/online.py \
+               src/trace_rl/predictor/base.py src/trace_rl/predictor/online.py src/trace_rl/predictor/capabilities.py \
                src/trace_rl/rollout/backends.py src/trace_rl/rollout/toy_env.py src/trace_rl/policy/chat.py \
                src/trace_rl/rollout/http.py src/trace_rl/rollout/servers.py src/trace_rl/rollout/pool.py
 

@@ -381,7 +381,6 @@ def collect(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, A
             trainer.predictor,
             replay_cost=cfg.budget.replay_cost,
             rng_of=lambda task: np.random.default_rng(args.seed),
-            max_chars=trainer.parts.max_chars,
         )
         prompts = asyncio.run(
             sample(

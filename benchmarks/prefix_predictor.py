@@ -152,19 +152,20 @@ def evaluate(
     ``evidence``, V is the predictor's posterior given :func:`state_evidence` (``predictor.posterior``: one Beta
     update of its prior with its fitted prefix-level kappa) instead of its estimate alone."""
     from trace_rl.predictor import build_predictor
+    from trace_rl.predictor.capabilities import as_group_aware, as_state_aware
 
     out: list[np.ndarray] = [np.zeros(0)] * len(prompts)
     cache: dict[str, np.ndarray] = {}
     for k in np.unique(fold):
         train = [p for p, f in zip(prompts, fold, strict=True) if f != k]
         predictor: Any = build_predictor(name, **({} if c is None else {"c": c}))
-        if getattr(predictor, "uses_state", False):
-            predictor.attach_state(cached(state, cache))
-        if getattr(
-            predictor, "uses_group", False
-        ):  # every anchor's sibling consensus, as prefix_ceiling saved it
+        if (stateful := as_state_aware(predictor)) is not None:
+            stateful.attach_state(cached(state, cache))
+        if (
+            grouped := as_group_aware(predictor)
+        ) is not None:  # every anchor's consensus, as prefix_ceiling saved it
             anchors = [a for p in prompts for a in p["anchors"]]
-            predictor.register_group([a["text"] for a in anchors], [a["group"] for a in anchors])
+            grouped.register_group([a["text"] for a in anchors], [a["group"] for a in anchors])
         predictor.update(*training_rows(train))
         for i in np.flatnonzero(fold == k):
             anchors = prompts[i]["anchors"]

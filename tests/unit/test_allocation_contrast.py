@@ -16,6 +16,7 @@ from trace_rl.allocation import (
     contrast_value,
     get_method,
 )
+from trace_rl.predictor.capabilities import NO_CAPABILITIES
 from trace_rl.train.config import ConfigError, load_config
 
 
@@ -125,6 +126,8 @@ class ByObservation:
     """A warm predictor: anchor after obs<i> succeeds with probability V[i]; prompts 0.5."""
 
     is_warm = True
+    max_chars = 2048
+    capabilities = NO_CAPABILITIES
     V: ClassVar[list[float]] = [0.30, 0.25, 0.20, 0.15]
 
     def predict(self, texts):  # type: ignore[no-untyped-def]
@@ -195,6 +198,8 @@ def test_trace_fresh_never_buys_a_fresh_rollout_for_mixed_roots_under_contrast()
     from trace_rl.types import Anchor, Task, Turn
 
     class Decided:  # prefixes of a "win" rollout succeed, of a "lose" one fail; the prompt is a coin flip
+        max_chars, capabilities = 2048, NO_CAPABILITIES
+
         def predict(self, texts):  # type: ignore[no-untyped-def]
             return np.array([0.999 if "win" in t else 0.001 if "lose" in t else 0.5 for t in texts])
 

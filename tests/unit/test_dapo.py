@@ -10,6 +10,7 @@ import pytest
 
 from tests.scripted import FixedCodec, OneTokenBackend
 from trace_rl.allocation import BudgetShape, get_method
+from trace_rl.predictor.capabilities import NO_CAPABILITIES
 from trace_rl.rollout.backends import SamplingParams
 from trace_rl.rollout.toy_env import StepResult
 from trace_rl.train.step import StepParts, training_step
@@ -36,6 +37,8 @@ class OneTurnEnv:
 
 class Predictor:
     is_warm = False
+    max_chars = 2048
+    capabilities = NO_CAPABILITIES
 
     def predict(self, texts):  # type: ignore[no-untyped-def]
         return np.full(len(texts), 0.5)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from trace_rl.allocation import BudgetShape, get_method, units_per_rollout
+from trace_rl.predictor.capabilities import NO_CAPABILITIES
 from trace_rl.rollout.backends import Completion, SamplingParams
 from trace_rl.rollout.expansion import PrefixChoice, Session, expand_prompt, session_seed
 from trace_rl.rollout.scheduler import run_plan, uniform_prefixes
@@ -182,7 +183,8 @@ def test_units_price_any_reasonable_replay_cost_exactly() -> None:
 # --------------------------------------------------------------------------------------- the training step
 class FlatPredictor:
     is_warm = True
-    example_weighting = "uniform"
+    max_chars = 2048
+    capabilities = NO_CAPABILITIES
 
     def predict(self, texts: Any) -> np.ndarray:
         return np.full(len(texts), 0.5)

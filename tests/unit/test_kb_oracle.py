@@ -17,6 +17,7 @@ from trace_rl.allocation import get_method, random_prefixes
 from trace_rl.envs import load_tasks
 from trace_rl.envs.base import StepResult
 from trace_rl.envs.kb_hops import KbHopsEnv, lookup_call_text, task_question
+from trace_rl.predictor.capabilities import NO_CAPABILITIES
 from trace_rl.rollout.backends import Completion, SamplingParams
 from trace_rl.train.prefixes import replay_allocator
 
@@ -79,6 +80,9 @@ class CoinKbEnv(KbHopsEnv):
 
 class HalfPredictor:
     """A predictor that says 0.5 for every anchor."""
+
+    max_chars = 2048
+    capabilities = NO_CAPABILITIES
 
     def predict(self, texts: list[str]) -> np.ndarray:
         return np.full(len(texts), 0.5)

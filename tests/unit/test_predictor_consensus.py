@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from trace_rl.predictor.capabilities import Capability
 from trace_rl.predictor.consensus import (
     GROUP_FEATURES,
     GROUP_PRIOR_FEATURES,
@@ -248,9 +249,12 @@ def test_same_state_outcomes_are_the_other_roots_in_the_state_and_join_the_ancho
 
 
 class RecordingPredictor:
-    """Estimates 0.2 everywhere; ``posterior`` records its evidence and returns (s + 1) / (n + 5)."""
+    """Estimates 0.2 everywhere; ``posterior`` records its evidence and returns (s + 1) / (n + 5) (a Beta prior of
+    mean 0.2 and strength 5)."""
 
     is_warm = True
+    max_chars = 2048
+    capabilities = frozenset({Capability.POSTERIOR})
 
     def __init__(self) -> None:
         self.calls: list[tuple[np.ndarray, np.ndarray]] = []
@@ -261,6 +265,9 @@ class RecordingPredictor:
     def posterior(self, texts: list[str], successes: np.ndarray, trials: np.ndarray) -> np.ndarray:
         self.calls.append((np.asarray(successes), np.asarray(trials)))
         return (np.asarray(successes) + 1.0) / (np.asarray(trials) + 5.0)
+
+    def prior_strength(self, texts: list[str]) -> np.ndarray:
+        return np.full(len(texts), 5.0)
 
 
 def test_state_evidence_values_anchors_by_the_posterior_given_their_state() -> None:

@@ -8,6 +8,7 @@ import pytest
 pytest.importorskip("sklearn")
 
 from trace_rl.predictor import NodeExample, OnlineConfig, OnlineTrainer, build_predictor, posterior_mean
+from trace_rl.predictor.capabilities import NO_CAPABILITIES
 from trace_rl.predictor.convex import ConvexSuccessPredictor, fit_prior_strength
 from trace_rl.predictor.metrics import spearman
 
@@ -231,6 +232,7 @@ def test_online_trainer_refits_once_per_step_without_double_counting():
 def test_updates_per_step_is_a_count_for_gradient_predictors():
     class Counting:
         name, prior, max_chars, is_warm = "count", 0.5, 100, False
+        capabilities = NO_CAPABILITIES
 
         def __init__(self) -> None:
             self.calls = 0

@@ -11,6 +11,7 @@ import numpy.typing as npt
 import pytest
 
 from trace_rl.predictor import NodeExample, OnlineConfig, OnlineTrainer, SuccessPredictor
+from trace_rl.predictor.capabilities import NO_CAPABILITIES
 
 
 class RecordingPredictor:
@@ -19,6 +20,7 @@ class RecordingPredictor:
     name = "recording"
     prior = 0.5
     max_chars = 4096
+    capabilities = NO_CAPABILITIES
 
     def __init__(self) -> None:
         self.batches: list[list[str]] = []

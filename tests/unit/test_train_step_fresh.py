@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from trace_rl.allocation import allocate_prefixes, get_method, repeat_probability
+from trace_rl.predictor.capabilities import NO_CAPABILITIES, Capability
 from trace_rl.train.step import anchor_values, effective_method
 from trace_rl.tree import RolloutTree
 from trace_rl.types import Anchor
@@ -20,20 +21,38 @@ def three_roots() -> RolloutTree:
     return RolloutTree.from_parents(parent, reward)
 
 
+class Plain:
+    """A predictor without a history posterior of its own (no capability)."""
+
+    capabilities = NO_CAPABILITIES
+
+
 class Fitted:
+    """A history posterior whose prior is ``values`` with strength 2 (what `anchor_values` hands it)."""
+
+    capabilities = frozenset({Capability.POSTERIOR})
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+
     def prior_strength(self, texts):  # type: ignore[no-untyped-def]
         return np.full(len(texts), 2.0)
+
+    def posterior(self, texts, successes, trials):  # type: ignore[no-untyped-def]
+        return (2.0 * self.values[: len(texts)] + successes) / (2.0 + trials)
 
 
 def test_anchor_values_are_beta_posteriors_over_the_rollouts_below_each_anchor() -> None:
     tree = three_roots()
     anchors = [Anchor(0, 0, 1.0), Anchor(1, 1, 1.0), Anchor(5, 1, 0.0)]
     v = np.array([0.5, 0.5, 0.5])
-    out = anchor_values(Fitted(), ["p", "a", "b"], v, tree, anchors)
-    # prompt: 2 of 3 roots succeeded; each prefix saw its own rollout only
+    # a predictor without a posterior of its own: the prior v with 4 pseudo-trials; the prompt saw 2 of its 3
+    # roots succeed, each prefix its own rollout only
+    out = anchor_values(Plain(), ["p", "a", "b"], v, tree, anchors)
+    np.testing.assert_allclose(out, [(4 * 0.5 + 2) / (4 + 3), (4 * 0.5 + 1) / 5, (4 * 0.5 + 0) / 5])
+    # one that declares the posterior capability gets exactly that evidence in its own posterior
+    out = anchor_values(Fitted(v), ["p", "a", "b"], v, tree, anchors)
     np.testing.assert_allclose(out, [(2 * 0.5 + 2) / (2 + 3), (2 * 0.5 + 1) / 3, (2 * 0.5 + 0) / 3])
-    # a predictor without a fitted strength gets 4 pseudo-trials
-    np.testing.assert_allclose(anchor_values(object(), ["p"], v[:1], tree, anchors[:1]), [(4 * 0.5 + 2) / 7])
 
 
 def test_anchor_values_update_a_history_posterior_once() -> None:

@@ -79,7 +79,7 @@ def out_of_fold(
     for f in range(folds):
         predictor = build_predictor(name, seed=seed)
         if not texts:  # every fold's predictor has the same serialization budget
-            limit = int(getattr(predictor, "max_chars", 2048))
+            limit = predictor.max_chars
             texts = [serialize_anchor(p, [], max_chars=limit) for p in prompts]
         train = np.flatnonzero(fold != f)
         test = np.flatnonzero(fold == f)

@@ -5,6 +5,8 @@ Public API (torch is imported only when a predictor is built):
 - :func:`build_predictor` ("tiny" | "minilm" | local Hugging Face folder) -> :class:`SuccessPredictor`
 - :func:`serialize_anchor` (prompt + history -> text), :func:`node_examples` (tree -> training records)
 - :class:`OnlineTrainer` (per-step training with a prefix share and a replay buffer)
+- :class:`Capability` and :func:`check_capabilities` (what a predictor declares beyond :class:`SuccessPredictor`:
+  :mod:`trace_rl.predictor.capabilities`)
 - :mod:`trace_rl.predictor.metrics` (MSE, Spearman, Brier, ECE, reliability bins, error by depth; numpy only)
 
 See docs/predictor.md for the design decisions.
@@ -22,6 +24,7 @@ from trace_rl.predictor.base import (
     validate_texts,
     validate_update,
 )
+from trace_rl.predictor.capabilities import NO_CAPABILITIES, Capability, check_capabilities
 from trace_rl.predictor.examples import NodeExample, leaf_counts, node_examples, split_by_level
 from trace_rl.predictor.online import OnlineConfig, OnlineTrainer
 from trace_rl.predictor.serialize import clip_token_ids, serialize_anchor
@@ -29,11 +32,14 @@ from trace_rl.predictor.serialize import clip_token_ids, serialize_anchor
 __all__ = [
     "DEFAULT_EPS",
     "DEFAULT_PRIOR",
+    "NO_CAPABILITIES",
+    "Capability",
     "NodeExample",
     "OnlineConfig",
     "OnlineTrainer",
     "SuccessPredictor",
     "build_predictor",
+    "check_capabilities",
     "clip_token_ids",
     "leaf_counts",
     "node_examples",
@@ -72,12 +78,17 @@ def build_predictor(name_or_path: str, **overrides: Any) -> SuccessPredictor:
 
     Raises:
         ValueError: unknown name / missing folder / missing package, or an invalid option.
+        TypeError: the built predictor lacks a member of a capability it declares (`check_capabilities`).
     """
     from trace_rl.predictor.convex import build_convex_predictor
     from trace_rl.predictor.names import CONVEX_NAMES
 
+    predictor: SuccessPredictor
     if name_or_path in CONVEX_NAMES:
-        return build_convex_predictor(name_or_path, **overrides)
-    from trace_rl.predictor.model import build_torch_predictor
+        predictor = build_convex_predictor(name_or_path, **overrides)
+    else:
+        from trace_rl.predictor.model import build_torch_predictor
 
-    return build_torch_predictor(name_or_path, **overrides)
+        predictor = build_torch_predictor(name_or_path, **overrides)
+    check_capabilities(predictor)
+    return predictor

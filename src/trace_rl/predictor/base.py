@@ -16,6 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from trace_rl.predictor.capabilities import Capability
+
 FloatArray = npt.NDArray[np.float64]
 
 #: Success estimate of a predictor that has never been updated (and of a fresh value head).
@@ -31,12 +33,18 @@ class SuccessPredictor(Protocol):
     Attributes:
         name: backbone name ("tiny", "minilm" or the model folder).
         prior: the estimate returned for every text before the first update.
-        max_chars: character budget for :func:`trace_rl.predictor.serialize_anchor` matching the backbone.
+        max_chars: character budget for :func:`trace_rl.predictor.serialize_anchor` matching the backbone: every
+            text the trainer scores or trains this predictor on is serialized at this budget.
+        capabilities: what it can do beyond this protocol, a frozenset of
+            :class:`~trace_rl.predictor.capabilities.Capability` (``NO_CAPABILITIES`` for none), each promising
+            the members of its protocol (`trace_rl.predictor.capabilities`; checked by ``check_capabilities``
+            when the predictor is built or handed to the trainer).
     """
 
     name: str
     prior: float
     max_chars: int
+    capabilities: frozenset[Capability]
 
     @property
     def is_warm(self) -> bool:

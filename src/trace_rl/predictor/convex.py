@@ -45,6 +45,7 @@ from trace_rl.predictor.blocks.base import FeatureBlock, is_prefix
 from trace_rl.predictor.blocks.group import GROUP_CAPACITY  # noqa: F401 (re-exported)
 from trace_rl.predictor.blocks.minilm import minilm_encoder
 from trace_rl.predictor.blocks.registry import BLOCKS, block_names
+from trace_rl.predictor.capabilities import Capability
 from trace_rl.predictor.convex_config import DEFAULT_C, FEATURE_SETS, ConvexConfig  # noqa: F401 (re-exported)
 from trace_rl.predictor.convex_head import (  # noqa: F401 (re-exported)
     KAPPA_GRID,
@@ -103,14 +104,18 @@ class ConvexSuccessPredictor:
             before their first :meth:`update` or warm :meth:`predict` (see :meth:`attach_state`).
     """
 
-    #: The online trainer calls ``update`` once per RL step with all of that step's nodes (each call refits on
-    #: everything kept), and builds examples weighted by their number of leaves (= trials).
-    refits_on_update = True
-    example_weighting = "leaves"
-
     def __init__(self, name: str, config: ConvexConfig, encoder: Any = None, state: Any = None) -> None:
         self.name = name
         self.config = config
+        #: its capabilities (`trace_rl.predictor.capabilities`): every convex predictor keeps a history posterior,
+        #: caches frozen embeddings (``prepare``) and refits on its kept window at each update (``refit``: the
+        #: online trainer calls ``update`` once per RL step with that step's nodes, weighted by their leaves); the
+        #: "state" and "group" feature sets add ``state`` and ``group``.
+        self.capabilities = frozenset(
+            {Capability.POSTERIOR, Capability.PREPARE, Capability.REFIT}
+            | ({Capability.STATE} if "state" in config.features else set())
+            | ({Capability.GROUP} if "group" in config.features else set())
+        )
         self.prior = float(config.prior)
         self.max_chars = int(config.max_chars)
         #: the feature blocks of ``config.features``, by name, in column order (trace_rl.predictor.blocks)
@@ -166,8 +171,9 @@ class ConvexSuccessPredictor:
     # ------------------------------------------------------------------ features
     @property
     def uses_state(self) -> bool:
-        """Whether the features include the policy's hidden state (feature sets with "state")."""
-        return "state" in self.config.features
+        """Whether the features include the policy's hidden state (feature sets with "state"; it declares the
+        ``state`` capability)."""
+        return Capability.STATE in self.capabilities
 
     def attach_state(self, state: Any) -> None:
         """Give a "state" predictor its policy-state function ``texts -> float64 (n, F_s)`` (the trainer attaches
@@ -189,8 +195,9 @@ class ConvexSuccessPredictor:
 
     @property
     def uses_group(self) -> bool:
-        """Whether the features include the sibling consensus of the prefix's tree (feature sets with "group")."""
-        return "group" in self.config.features
+        """Whether the features include the sibling consensus of the prefix's tree (feature sets with "group"; it
+        declares the ``group`` capability)."""
+        return Capability.GROUP in self.capabilities
 
     @property
     def reads_state_outcomes(self) -> bool:

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from trace_rl.predictor.base import DEFAULT_EPS, DEFAULT_PRIOR, validate_texts, validate_update
+from trace_rl.predictor.capabilities import NO_CAPABILITIES
 from trace_rl.predictor.serialize import MIN_CHARS, clip_token_ids
 
 FloatArray = npt.NDArray[np.float64]
@@ -103,7 +104,8 @@ PRESETS: dict[str, PredictorConfig] = {
 
 
 class TorchSuccessPredictor:
-    """A :class:`~trace_rl.predictor.base.SuccessPredictor` over any backbone returning (B, H) features.
+    """A :class:`~trace_rl.predictor.base.SuccessPredictor` over any backbone returning (B, H) features; no
+    capability beyond it (`trace_rl.predictor.capabilities`: trained on buffered batches, one weight per node).
 
     Args:
         name: backbone name, kept in the state dict and checked on load.
@@ -113,6 +115,8 @@ class TorchSuccessPredictor:
         pad_id: id used to pad batches (masked out).
         config: hyper-parameters.
     """
+
+    capabilities = NO_CAPABILITIES
 
     def __init__(
         self,

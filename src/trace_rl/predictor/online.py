@@ -13,10 +13,10 @@ weight). :meth:`OnlineTrainer.observe_step` then
    examples in the rest; within each level ``current_share`` of the slots come from this step (cycled through
    without replacement, so a pass sees each example once) and the rest uniformly from older buffered steps.
 
-Predictors that refit on what they were given (``refits_on_update = True``, the convex predictors of
-:mod:`trace_rl.predictor.convex`) keep their own store of past examples (a window of steps): for them step 3 is
-one ``update`` call with all of this step's new examples (nothing re-fed from the buffer, which would count them
-twice).
+Predictors that refit on what they were given (the ``refit`` capability,
+`trace_rl.predictor.capabilities.Refitting`: the convex predictors of :mod:`trace_rl.predictor.convex`) keep their
+own store of past examples (a window of steps): for them step 3 is one ``update`` call with all of this step's new
+examples (nothing re-fed from the buffer, which would count them twice).
 
 Cold start: until the first update the predictor returns its prior and ``predictor.is_warm`` is False; the
 training step should then allocate uniformly (docs/predictor.md).
@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from trace_rl.predictor.base import SuccessPredictor
+from trace_rl.predictor.capabilities import check_capabilities, refits
 from trace_rl.predictor.examples import NodeExample, split_by_level
 from trace_rl.predictor.metrics import predictor_report
 
@@ -111,9 +112,13 @@ class OnlineTrainer:
     Args:
         predictor: the shared predictor (updated in place).
         config: the schedule.
+
+    Raises:
+        TypeError: the predictor's declared capabilities do not hold (`check_capabilities`).
     """
 
     def __init__(self, predictor: SuccessPredictor, config: OnlineConfig | None = None) -> None:
+        check_capabilities(predictor)
         self.predictor = predictor
         self.config = config or OnlineConfig()
         self.rng = np.random.default_rng(self.config.seed)
@@ -219,11 +224,7 @@ class OnlineTrainer:
         self.steps += 1
         losses: list[float] = []
         update_seconds = 0.0
-        batches = (
-            ([items] if items else [])
-            if getattr(self.predictor, "refits_on_update", False)
-            else self.plan_batches()
-        )
+        batches = ([items] if items else []) if refits(self.predictor) else self.plan_batches()
         for batch in batches:
             out = self.predictor.update(
                 [e.text for e in batch], [e.target for e in batch], [e.weight for e in batch]

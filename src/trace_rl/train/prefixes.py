@@ -4,7 +4,7 @@
 `expand_prompt` calls once per prompt, after its roots: the one copy used by the native trainer
 (`trace_rl.train.step`), the verl worker (`trace_rl.integrations.verl.worker`) and any other driver.
 
-    texts_j = serialize_anchor(prompt, turns up to anchor j, max_chars)         predictor texts
+    texts_j = serialize_anchor(prompt, turns up to anchor j, predictor.max_chars)  predictor texts
     V_j     = predictor.predict(texts)        (trace_fresh: Beta posterior given the rollouts below, anchor_values)
     q_j     = r_j V_j + (1 - r_j)(1 - V_j)                                       repeat probability (paper eq. for q)
     cost_j  = replay_cost * U units (paper) | token-aware units (token) | U for the depth-0 anchor
@@ -41,6 +41,12 @@ from trace_rl.allocation import (
     units_per_rollout,
 )
 from trace_rl.predictor import posterior_mean
+from trace_rl.predictor.capabilities import (
+    as_group_aware,
+    as_history_posterior,
+    as_state_aware,
+    check_capabilities,
+)
 from trace_rl.predictor.consensus import same_state_outcomes, sibling_consensus
 from trace_rl.predictor.examples import leaf_counts
 from trace_rl.predictor.names import GROUP_WITH_EVIDENCE
@@ -51,6 +57,8 @@ from trace_rl.tree import RolloutTree
 from trace_rl.types import Anchor, Task
 
 ACCOUNTINGS = ("paper", "token")
+#: Prior strength (pseudo-trials) of `anchor_values`' Beta posterior for a predictor without a history posterior.
+PRIOR_TRIALS = 4.0
 
 
 def effective_method(method: Method, predictor_warm: bool) -> Method:
@@ -97,7 +105,6 @@ def replay_allocator(
     replay_cost: float,
     accounting: str = "paper",
     rng_of: Callable[[Task], np.random.Generator],
-    max_chars: int = 2048,
     max_per_prefix: int | None = None,
     tick: Callable[[str, float], None] | None = None,
     objective: str = "paper",
@@ -109,12 +116,13 @@ def replay_allocator(
     Args:
         method: the (already cold-start resolved, `effective_method`) method; its ``prefixes`` is the
             `trace_rl.allocation.PrefixStrategy`, its ``fresh`` flag turns on the `anchor_values` posterior.
-        predictor: any object with ``predict(texts) -> float array`` and optionally
-            ``prior_strength(texts) -> float array``; either may return an awaitable (a remote actor).
+        predictor: a `trace_rl.predictor.SuccessPredictor` or any object with its ``max_chars`` (the texts'
+            serialization budget), ``capabilities`` and ``predict(texts) -> float array``; the members of the
+            ``posterior`` capability and ``predict`` may return awaitables (a remote actor). It gets the
+            hand-overs of the ``state`` and ``group`` capabilities it declares (`trace_rl.predictor.capabilities`).
         replay_cost, accounting: as in `prefix_budget` (the budget handed in must come from it).
         rng_of: each prompt's own generator (prompts finish in timing-dependent order: a shared generator
             would hand different draws to different prompts from run to run).
-        max_chars: serialization budget of predictor texts (the predictor's ``max_chars``).
         max_per_prefix: cap on k_j (None: none); only with `allocate_prefixes`-based methods.
         tick: ``tick(key, seconds)`` wall-clock accounting ("predictor", "allocation"); None to skip.
         objective: "paper" (the method's own prefix strategy: for TRACE, sum_j 1 - q_j^k_j) or "contrast"
@@ -126,12 +134,16 @@ def replay_allocator(
             ``method.fresh``.
 
     Raises:
+        TypeError: the predictor's declared capabilities do not hold (`check_capabilities`).
         ValueError: ``max_per_prefix`` or ``objective="contrast"`` with a method whose prefix strategy is not
             `trace_prefixes` (a setting that would not take effect), an unknown objective, a sibling weight with
             the paper's objective, ``state_evidence`` with such a method or with a predictor whose features already
             hold the state's outcomes (``reads_state_outcomes``: ngram+minilm+group), or from `prefix_budget`'s
             checks.
     """
+    check_capabilities(predictor)
+    max_chars = predictor.max_chars
+    stateful, grouped = as_state_aware(predictor), as_group_aware(predictor)
     is_priced = priced(method, accounting)
     u = units_per_rollout(replay_cost) if is_priced else 1
     strategy = method.prefixes
@@ -146,8 +158,8 @@ def replay_allocator(
         raise ValueError("sibling_weight applies to the contrast objective only")
     if state_evidence and (method.prefixes is not trace_prefixes or tail is not None):
         raise ValueError(f"state_evidence values allocate_prefixes' anchors; {method.name!r} does not use it")
-    if state_evidence and getattr(predictor, "reads_state_outcomes", False):
-        raise ValueError(f"predictor {getattr(predictor, 'name', '?')!r}: {GROUP_WITH_EVIDENCE}")
+    if state_evidence and grouped is not None and grouped.reads_state_outcomes:
+        raise ValueError(f"predictor {predictor.name!r}: {GROUP_WITH_EVIDENCE}")
     cap: int | None = None
     if max_per_prefix is not None:
         if method.prefixes is not trace_prefixes or tail is not None:
@@ -170,13 +182,11 @@ def replay_allocator(
             texts = [
                 serialize_anchor(task.prompt, _history(tree, a.node), max_chars=max_chars) for a in anchors
             ]
-            if getattr(predictor, "uses_state", False):  # a state-aware predictor reads the save points' ids
+            if stateful is not None:  # a state-aware predictor reads the save points' ids
                 saved = [(t, p.token_ids) for t, p in zip(texts, points, strict=True) if p is not None]
-                predictor.register_contexts([t for t, _ in saved], [ids for _, ids in saved])
-            if getattr(predictor, "uses_group", False):  # a group-aware one reads the tree's other roots
-                predictor.register_group(
-                    texts, sibling_consensus(tree, [a.node for a in anchors], keys=texts)
-                )
+                stateful.register_contexts([t for t, _ in saved], [ids for _, ids in saved])
+            if grouped is not None:  # a group-aware one reads the tree's other roots
+                grouped.register_group(texts, sibling_consensus(tree, [a.node for a in anchors], keys=texts))
             values = np.asarray(await _maybe(predictor.predict(texts)), dtype=np.float64)
             if method.fresh or state_evidence:
                 values = await _anchor_values_async(
@@ -232,18 +242,13 @@ async def _anchor_values_async(
     *,
     same_state: bool = False,
 ) -> np.ndarray:
-    """`anchor_values` for a predictor whose ``posterior`` / ``prior_strength`` may return awaitables (a remote
-    actor), and may return None where the predictor behind it has no such method."""
+    """`anchor_values` for a predictor whose ``posterior`` may return an awaitable (a remote actor)."""
     successes, trials = anchor_evidence(tree, anchors, same_state=same_state)
-    combine = getattr(predictor, "posterior", None)
-    if callable(combine):
-        out = await _maybe(combine(list(texts), successes, trials))
-        if out is not None:
-            return np.asarray(out, dtype=np.float64)
-    strength_of = getattr(predictor, "prior_strength", None)
-    strength = await _maybe(strength_of(texts)) if callable(strength_of) else None
-    prior = np.full(len(anchors), 4.0) if strength is None else np.asarray(strength, dtype=np.float64)
-    return posterior_mean(values, successes, trials, prior)
+    history = as_history_posterior(predictor)
+    if history is not None:
+        out = await _maybe(history.posterior(list(texts), successes, trials))
+        return np.asarray(out, dtype=np.float64)
+    return posterior_mean(values, successes, trials, np.full(len(anchors), PRIOR_TRIALS))
 
 
 def anchor_evidence(
@@ -280,10 +285,11 @@ def anchor_values(
     predictor that cannot tell a decided prefix from an undecided one (V about the prompt's rate) would promise
     flips that the rollout's own outcome already rules out.
 
-    A predictor with a history posterior of its own (``posterior(texts, successes, trials)``, the convex
-    predictors) adds these outcomes to the ones it keeps in that same posterior; ``values`` (its ``predict``, which
-    already contains the kept history) is then not updated a second time. Any other predictor's ``values`` are
-    the prior, updated once with strength ``prior_strength(texts)`` where it has one, else 4 pseudo-trials.
+    A predictor with a history posterior of its own (the ``posterior`` capability,
+    `trace_rl.predictor.capabilities.HistoryPosterior`: the convex predictors) adds these outcomes to the ones it
+    keeps in that same posterior; ``values`` (its ``predict``, which already contains the kept history) is then not
+    updated a second time. Any other predictor's ``values`` are the prior, updated once with a strength of
+    `PRIOR_TRIALS` (4) pseudo-trials.
 
     With ``same_state`` the evidence of a turn prefix also holds the other root rollouts in its environment state
     (`anchor_evidence`; docs/predictor.md, "The group-aware predictors ... and state evidence").
@@ -296,12 +302,10 @@ def anchor_values(
         float64 (A,) in [0, 1].
     """
     successes, trials = anchor_evidence(tree, anchors, same_state=same_state)
-    combine = getattr(predictor, "posterior", None)
-    if callable(combine):
-        return np.asarray(combine(list(texts), successes, trials), dtype=np.float64)
-    strength_of = getattr(predictor, "prior_strength", None)
-    strength = strength_of(texts) if callable(strength_of) else np.full(len(anchors), 4.0)
-    return posterior_mean(values, successes, trials, strength)
+    history = as_history_posterior(predictor)
+    if history is not None:
+        return np.asarray(history.posterior(list(texts), successes, trials), dtype=np.float64)
+    return posterior_mean(values, successes, trials, np.full(len(anchors), PRIOR_TRIALS))
 
 
 def _leaf_counts(tree: RolloutTree) -> np.ndarray:

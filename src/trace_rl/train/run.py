@@ -15,7 +15,7 @@ import os
 import random
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +44,9 @@ from trace_rl.train.warm_start import PROBE_FILE, probe_charge, warm_start_polic
 from trace_rl.train.warm_start import WarmStartError as WarmStartError
 from trace_rl.train.warm_start import save_probe_outcomes as save_probe_outcomes
 
+if TYPE_CHECKING:
+    from trace_rl.predictor.capabilities import StateAware
+
 UPDATE_STREAM = 1
 """The policy update's minibatch order draws from ``default_rng([seed, UPDATE_STREAM])``, apart from the stream
 (``default_rng(seed)``) that samples prompts and allocates, so the number of rows a step trains on never changes
@@ -71,6 +74,7 @@ class Trainer:
         from trace_rl.allocation import AdaptiveState, get_method
         from trace_rl.envs import make_env
         from trace_rl.predictor import build_predictor
+        from trace_rl.predictor.capabilities import as_preparable, as_state_aware
         from trace_rl.predictor.names import CONVEX_NAMES
         from trace_rl.predictor.online import OnlineConfig, OnlineTrainer
         from trace_rl.rollout.agent import ChatCodec
@@ -139,14 +143,16 @@ class Trainer:
                 seed=cfg.seed,
             ),
         )
-        if getattr(self.predictor, "uses_state", False):  # the live policy as a frozen critic backbone
-            self._attach_policy_state()
-        prepare = getattr(self.predictor, "prepare", None)
-        if callable(prepare):  # frozen-encoder features of the training prompts, once (not inside each step)
+        if (stateful := as_state_aware(self.predictor)) is not None:
+            self._attach_policy_state(stateful)  # the live policy as a frozen critic backbone
+        if (preparable := as_preparable(self.predictor)) is not None:
+            # frozen-encoder features of the training prompts, once (not inside each step)
             from trace_rl.predictor import serialize_anchor
 
-            limit = int(getattr(self.predictor, "max_chars", 2048))
-            seconds = prepare([serialize_anchor(t.prompt, [], max_chars=limit) for t in self.tasks])
+            limit = self.predictor.max_chars
+            seconds = preparable.prepare(
+                [serialize_anchor(t.prompt, [], max_chars=limit) for t in self.tasks]
+            )
             if seconds > 0.5:
                 self.log(f"predictor: embedded {len(self.tasks)} training prompts in {seconds:.1f}s")
         self.predictor_warm_record: dict[str, Any] | None = None
@@ -183,7 +189,6 @@ class Trainer:
             max_turns=cfg.env.max_turns,
             max_concurrency=cfg.sampling.max_concurrency,
             accounting=cfg.budget.accounting,
-            max_chars=int(getattr(self.predictor, "max_chars", 2048)),  # score the texts it trains on
             max_gen_batches=cfg.budget.max_num_gen_batches or cfg.env.pool_size // self.shape.batch_size,
             prefix_objective=cfg.budget.prefix_objective,
             sibling_weight=cfg.budget.sibling_weight,
@@ -235,7 +240,7 @@ class Trainer:
             p.requires_grad_(False)
         return ref
 
-    def _attach_policy_state(self) -> None:
+    def _attach_policy_state(self, predictor: StateAware) -> None:
         """Give a state-aware predictor (``ngram+minilm+state``, ``state-head``) the hidden state of this run's
         policy object (its current weights at every call: the feature follows the policy as it trains) and the
         token contexts of every training prompt (the probe's and the steps' prompt-level texts); the step
@@ -243,9 +248,8 @@ class Trainer:
         from trace_rl.predictor import serialize_anchor
         from trace_rl.predictor.policy_state import PolicyStateEncoder
 
-        predictor: Any = self.predictor  # a ConvexSuccessPredictor with a "state" feature set
         predictor.attach_state(PolicyStateEncoder(self.policy.model, pad_id=self.pad_id))
-        limit = int(getattr(self.predictor, "max_chars", 2048))
+        limit = self.predictor.max_chars
         env = self.env_factory()
         texts = [serialize_anchor(t.prompt, [], max_chars=limit) for t in self.tasks]
         ids = [self.codec.prompt_ids(env.reset(t), t.tools) for t in self.tasks]

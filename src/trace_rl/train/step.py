@@ -22,7 +22,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +36,7 @@ from trace_rl.metrics import (
     replay_depth_histogram,
     signal_per_token,
 )
+from trace_rl.predictor.capabilities import as_group_aware, as_state_aware, example_weighting
 from trace_rl.predictor.consensus import examples_consensus
 from trace_rl.predictor.examples import node_examples
 from trace_rl.predictor.policy_state import node_contexts
@@ -69,12 +70,13 @@ class StepParts:
         env_factory: makes a fresh environment (Env protocol).
         codec: chat codec of the policy's tokenizer.
         sampling: `trace_rl.rollout.backends.SamplingParams`.
-        predictor: a `SuccessPredictor` (predict / update / is_warm).
+        predictor: a `SuccessPredictor` (predict / update / is_warm); its texts are serialized at its own
+            ``max_chars``, and it gets the hand-overs of the capabilities it declares (``state``, ``group``:
+            `trace_rl.predictor.capabilities`).
         online: the predictor's `OnlineTrainer` (observe_step after each step).
         update_policy: callable(trees) -> dict of update metrics (runs the optimizer).
         max_turns, max_concurrency: episode and scheduler limits.
         accounting: "paper" or "token" (DESIGN.md section 2).
-        max_chars: serialization budget of predictor texts.
         max_gen_batches: `dapo`'s cap on the batches one step draws (budget.max_num_gen_batches).
         prefix_objective: "paper" or "contrast" (budget.prefix_objective): the objective of the prefix stage of
             the methods whose prefix strategy is `trace_prefixes` (docs/allocation.md, "The contrast objective").
@@ -96,7 +98,6 @@ class StepParts:
     max_turns: int = 4
     max_concurrency: int = 64
     accounting: str = "paper"
-    max_chars: int = 2048
     max_gen_batches: int = 1
     prefix_objective: str = "paper"
     sibling_weight: float = SIBLING_WEIGHT
@@ -136,7 +137,6 @@ def prefix_callback(
         replay_cost=shape.replay_cost,
         accounting=parts.accounting,
         rng_of=lambda task: prompt_rngs[task.id],
-        max_chars=parts.max_chars,
         tick=parts.tick,
         objective="contrast" if contrast else "paper",
         sibling_weight=parts.sibling_weight if contrast else SIBLING_WEIGHT,
@@ -179,7 +179,7 @@ def training_step(
     # 1. score the candidate pool
     t0 = time.perf_counter()
     warm = bool(parts.predictor.is_warm)
-    prompt_texts = [serialize_anchor(t.prompt, [], max_chars=parts.max_chars) for t in pool]
+    prompt_texts = [serialize_anchor(t.prompt, [], max_chars=parts.predictor.max_chars) for t in pool]
     v = parts.predictor.predict(prompt_texts)
     parts.tick("predictor", time.perf_counter() - t0)
     used = effective_method(method, warm)
@@ -217,23 +217,21 @@ def training_step(
 
     # 4. refresh the predictor on the bottom-up targets
     t0 = time.perf_counter()
-    weighting: Literal["uniform", "leaves"] = (
-        "leaves" if getattr(parts.predictor, "example_weighting", "uniform") == "leaves" else "uniform"
-    )
+    max_chars = parts.predictor.max_chars
+    weighting = example_weighting(parts.predictor)
     per_tree = [
-        node_examples(r.tree, r.task.prompt, max_chars=parts.max_chars, weighting=weighting)
-        for r in generated
+        node_examples(r.tree, r.task.prompt, max_chars=max_chars, weighting=weighting) for r in generated
     ]
     examples = [ex for exs in per_tree for ex in exs]
-    if getattr(parts.predictor, "uses_state", False):  # the token context behind every node text it trains on
+    if (stateful := as_state_aware(parts.predictor)) is not None:  # the token context of every node text
         for r in generated:
             if r.roots:
-                parts.predictor.register_contexts(
-                    *node_contexts(r.tree, r.task.prompt, r.roots[0].prompt_ids, max_chars=parts.max_chars)
+                stateful.register_contexts(
+                    *node_contexts(r.tree, r.task.prompt, r.roots[0].prompt_ids, max_chars=max_chars)
                 )
-    if getattr(parts.predictor, "uses_group", False):  # the sibling consensus of every node text it trains on
+    if (grouped := as_group_aware(parts.predictor)) is not None:  # the sibling consensus of every node text
         for r, exs in zip(generated, per_tree, strict=True):
-            parts.predictor.register_group(*examples_consensus(r.tree, exs))
+            grouped.register_group(*examples_consensus(r.tree, exs))
     pred_metrics = parts.online.observe_step(examples) if examples else {}
     parts.tick("predictor", time.perf_counter() - t0)
 

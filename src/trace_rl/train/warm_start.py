@@ -258,7 +258,7 @@ def warm_start_predictor(
     from trace_rl.predictor import NodeExample, serialize_anchor
 
     data = json.loads(path.read_text())
-    max_chars = int(getattr(predictor, "max_chars", 2048))
+    max_chars = predictor.max_chars
     examples = [
         NodeExample(serialize_anchor(prompt, [], max_chars=max_chars), float(np.mean(r)), 0, float(len(r)))
         for prompt, r in zip(data["prompts"], data["rewards"], strict=True)

@@ -138,7 +138,6 @@ def build_step_parts(
         update_policy=update_policy,
         max_turns=settings.max_turns,
         max_concurrency=settings.max_concurrency,
-        max_chars=int(getattr(predictor, "max_chars", 2048)),
     )
 
 

@@ -9,6 +9,12 @@ from typing import Any
 import numpy as np
 
 from trace_rl.integrations.verl.config import TraceVerlConfig
+from trace_rl.predictor.capabilities import (
+    Capability,
+    as_history_posterior,
+    check_capabilities,
+    example_weighting,
+)
 from trace_rl.predictor.serialize import serialize_anchor
 
 
@@ -55,32 +61,38 @@ class PredictorActor:
         return [float(x) for x in np.asarray(self.predictor.predict(list(texts)), dtype=np.float64)]
 
     def profile(self) -> dict[str, Any]:
-        """What the workers need to score and weight like the native trainer: ``is_warm``, ``max_chars`` (the
-        serialization budget it trains on) and ``example_weighting`` ("uniform" or "leaves")."""
+        """What the workers need to score and weight like the native trainer: ``name``, ``is_warm``,
+        ``max_chars`` (the serialization budget it trains on), ``capabilities`` (the values of the
+        `trace_rl.predictor.Capability` it declares, sorted) and ``example_weighting`` ("uniform" or "leaves",
+        `trace_rl.predictor.capabilities.example_weighting`)."""
         p = self.predictor
         return {
-            "is_warm": bool(getattr(p, "is_warm", False)),
-            "max_chars": int(getattr(p, "max_chars", 2048)),
-            "example_weighting": "leaves"
-            if getattr(p, "example_weighting", "uniform") == "leaves"
-            else "uniform",
+            "name": p.name,
+            "is_warm": bool(p.is_warm),
+            "max_chars": int(p.max_chars),
+            "capabilities": sorted(c.value for c in p.capabilities),
+            "example_weighting": example_weighting(p),
         }
 
     def prior_strength(self, texts: Sequence[str]) -> list[float] | None:
-        """The predictor's fitted Beta prior strength per text (``trace_fresh``), None when it has none."""
-        fn = getattr(self.predictor, "prior_strength", None)
-        if not callable(fn):
+        """The predictor's fitted Beta prior strength per text (``trace_fresh``), None when it declares no
+        ``posterior`` capability."""
+        history = as_history_posterior(self.predictor)
+        if history is None:
             return None
-        return [float(x) for x in np.asarray(fn(list(texts)), dtype=np.float64)]
+        return [float(x) for x in np.asarray(history.prior_strength(list(texts)), dtype=np.float64)]
 
     def posterior(
         self, texts: Sequence[str], successes: Sequence[float], trials: Sequence[float]
     ) -> list[float] | None:
-        """The predictor's own history posterior given extra outcomes (convex predictors), None when it has none."""
-        fn = getattr(self.predictor, "posterior", None)
-        if not callable(fn):
+        """The predictor's own history posterior given extra outcomes (the ``posterior`` capability: convex
+        predictors), None when it declares none."""
+        history = as_history_posterior(self.predictor)
+        if history is None:
             return None
-        out = fn(list(texts), np.asarray(successes, np.float64), np.asarray(trials, np.float64))
+        out = history.posterior(
+            list(texts), np.asarray(successes, np.float64), np.asarray(trials, np.float64)
+        )
         return [float(x) for x in np.asarray(out, dtype=np.float64)]
 
     def update(
@@ -95,14 +107,30 @@ class PredictorActor:
 
 
 class RemotePredictor:
-    """The predictor actor as `trace_rl.train.prefixes.replay_allocator` sees a predictor: awaitable ``predict``
-    and ``prior_strength``, plus the actor's ``max_chars`` and ``example_weighting`` (read once at `connect`).
+    """The predictor actor as `trace_rl.train.prefixes.replay_allocator` sees a predictor: awaitable ``predict``,
+    ``posterior`` and ``prior_strength``, plus the actor's ``name``, ``max_chars`` and ``example_weighting`` (read
+    once at `connect`). Of the capabilities the actor's predictor declares it serves ``posterior``; ``prepare`` and
+    ``refit`` stay with the actor (its own set-up and the trainer's updates).
+
+    Raises:
+        ValueError: the actor's predictor declares ``state`` or ``group`` (their hand-overs need the predictor
+            in the worker's process; the verl config refuses those predictors).
     """
 
     def __init__(self, handle: Any, profile: dict[str, Any]):
         self.handle = handle
+        self.name = str(profile["name"])
         self.max_chars = int(profile["max_chars"])
         self.example_weighting = str(profile["example_weighting"])
+        declared = frozenset(Capability(c) for c in profile["capabilities"])
+        local = declared & {Capability.STATE, Capability.GROUP}
+        if local:
+            names = ", ".join(sorted(c.value for c in local))
+            raise ValueError(
+                f"predictor {self.name!r} declares {names}: the verl adapter cannot hand it over"
+            )
+        self.capabilities = declared & {Capability.POSTERIOR}
+        check_capabilities(self)
 
     def text(self, prompt: str, turns: Sequence[Any] = ()) -> str:
         """`predictor_text` at this predictor's own ``max_chars``."""
@@ -115,15 +143,14 @@ class RemotePredictor:
     async def predict(self, texts: Sequence[str]) -> np.ndarray:
         return np.asarray(await self.handle.predict.remote(list(texts)), dtype=np.float64)
 
-    async def posterior(self, texts: Sequence[str], successes: Any, trials: Any) -> np.ndarray | None:
+    async def posterior(self, texts: Sequence[str], successes: Any, trials: Any) -> np.ndarray:
         out = await self.handle.posterior.remote(
             list(texts), [float(x) for x in successes], [float(x) for x in trials]
         )
-        return None if out is None else np.asarray(out, dtype=np.float64)
+        return np.asarray(out, dtype=np.float64)
 
-    async def prior_strength(self, texts: Sequence[str]) -> np.ndarray | None:
-        out = await self.handle.prior_strength.remote(list(texts))
-        return None if out is None else np.asarray(out, dtype=np.float64)
+    async def prior_strength(self, texts: Sequence[str]) -> np.ndarray:
+        return np.asarray(await self.handle.prior_strength.remote(list(texts)), dtype=np.float64)
 
     async def is_warm(self) -> bool:
         """Whether the shared predictor has been updated (the cold-start rule), asked afresh each time."""

@@ -242,7 +242,6 @@ class TraceAgentLoopWorker(_WorkerBase):  # type: ignore[misc, valid-type]
             replay_cost=self.trace.replay_cost,
             accounting=self.trace.accounting,
             rng_of=lambda t: np.random.default_rng(zlib.crc32(uid.encode())),
-            max_chars=predictor.max_chars,
             max_per_prefix=self.trace.max_replays_per_anchor or None,
         )
         prompt_ids: list[np.ndarray] = []  # the roots' prompt ids, once they returned
