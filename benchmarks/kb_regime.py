@@ -24,8 +24,10 @@ round(UNITS c_j / g))); every replay arm's allocator sees these same integer cos
 - ``branpo`` (tail branching): `trace_rl.allocation.branpo_prefixes` (BranPO's tiers, 1-2 turns before the end);
 - ``trace``: `allocate_prefixes` on TRACE's q_j = r_j V_j + (1 - r_j)(1 - V_j), V_j the predictor's value kept in
   the table (the preset's predictor, warm-started on the snapshot's probe, as kb_oracle ran it);
-- ``oracle``: `allocate_prefixes` on the true q_j, estimated on the first half of the anchor's K replays and scored
-  on the second half only (a ceiling its own noise can only lower).
+- ``oracle``: `allocate_prefixes` on the true q_j, cross-fitted: q_j estimated on one half of the anchor's K replays,
+  the allocation scored on the other half, both ways, averaged (unbiased for what it chose; noise in its q can only
+  lower it). ``oracle_insample`` (printed and in the JSON, not an arm of the map) chooses and scores on all K: biased
+  up; the true-q ceiling lies between the two, up to sampling error.
 
 Metrics of a tree (r_j: the reward of the rollout anchor j lies on; F_j flips among the n_j scoring replays):
 
@@ -47,7 +49,7 @@ Metrics of a tree (r_j: the reward of the rollout anchor j lies on; F_j flips am
 Uncertainty: standard errors from a bootstrap over the cell's prompts (``--boot`` resamples, seeded), paired
 between arms for ``*_minus_independent``; the truth itself carries Monte Carlo error (about 0.5 / sqrt(K) per s).
 
-    python benchmarks/kb_regime.py --data outcomes.json[.gz] [--budgets 2 4 8] [--depths 2 3 4] [--draws 32]
+    python benchmarks/kb_regime.py --data outcomes.json[.gz] [more.json ...] [--budgets 2 4 8] [--depths 2 3 4] [--draws 32]
         [--boot 1000] [--seed 0] [--json-out map.json] [--plot map.png]
     python benchmarks/kb_regime.py --policy runs/kb_hops/sft/policy --collect-out outcomes.json [kb_oracle flags]
 
@@ -65,6 +67,7 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from itertools import combinations
 from math import comb
 from pathlib import Path
@@ -74,6 +77,10 @@ import numpy as np
 import numpy.typing as npt
 
 ARMS = ("independent", "treepo", "branpo", "trace", "oracle")
+#: The oracle's variants: (the replays whose q it allocates on, the replays that score it) per fold. ``oracle``:
+#: 2-fold cross-fitting (choose on one half, score on the other, both ways, averaged: unbiased for its allocation
+#: with noisy q); ``oracle_insample``: chooses and scores on all K (biased up: a reference, not an arm of the table).
+ORACLE_FOLDS = {"oracle": (("first", "second"), ("second", "first")), "oracle_insample": (("all", "all"),)}
 UNITS = 64  # integer cost units per rollout-equivalent of generated tokens
 SUMS = (
     "mixed",
@@ -213,7 +220,7 @@ def power_estimate(flipped: int, trials: int, k: int) -> tuple[float, bool]:
     if k < 0 or trials < 1 or not 0 <= flipped <= trials:
         raise ValueError(f"need k >= 0, trials >= 1, 0 <= flipped <= trials; got {k}, {trials}, {flipped}")
     if k <= trials:
-        return comb(trials - flipped, k) / comb(trials, k), False
+        return float(_oracle_module().unbiased_power(flipped, trials, k)), False
     return (1.0 - flipped / trials) ** k, True
 
 
@@ -245,7 +252,7 @@ def token_units(tokens: npt.ArrayLike, per_rollout: float) -> npt.NDArray[np.int
 
 def roots_for(arm: str, budget: int) -> int:
     """m: root rollouts of a tree of ``arm`` at ``budget`` rollout-equivalents (module doc)."""
-    if arm not in ARMS or budget < 1:
+    if arm not in (*ARMS, *ORACLE_FOLDS) or budget < 1:
         raise ValueError(f"unknown arm {arm!r} or budget {budget} < 1")
     return budget if arm == "independent" else max(1, budget // 2)
 
@@ -271,15 +278,6 @@ def _allocator(arm: str) -> Allocator:
         q = repeat_probability(p.reward[idx], np.clip(p.value[idx], 0.0, 1.0))
         return allocate_prefixes(q, budget, cost=cost)
 
-    def oracle(
-        p: Prompt, idx: np.ndarray, cost: np.ndarray, budget: int, rng: np.random.Generator
-    ) -> np.ndarray:
-        q = [
-            1.0 - _flips(p.outcomes[j][: p.outcomes[j].size // 2], p.reward[j]) / (p.outcomes[j].size // 2)
-            for j in idx
-        ]
-        return allocate_prefixes(np.asarray(q, np.float64), budget, cost=cost)
-
     def treepo(
         p: Prompt, idx: np.ndarray, cost: np.ndarray, budget: int, rng: np.random.Generator
     ) -> np.ndarray:
@@ -298,19 +296,43 @@ def _allocator(arm: str) -> Allocator:
         )
         return branpo_prefixes(tails, budget, rng, cost)
 
-    return {"trace": trace, "oracle": oracle, "treepo": treepo, "branpo": branpo}[arm]
+    return {"trace": trace, "treepo": treepo, "branpo": branpo}[arm]
+
+
+def oracle_allocation(
+    p: Prompt, idx: npt.NDArray[np.int64], cost: npt.NDArray[np.int64], budget: int, part: str
+) -> npt.NDArray[np.int64]:
+    """`allocate_prefixes` on the Monte Carlo q_j = 1 - F_j / n of the ``part`` ("first", "second", "all") of each
+    anchor's replays."""
+    from trace_rl.allocation import allocate_prefixes
+
+    q = [
+        1.0 - _flips(_part(p.outcomes[j], part), float(p.reward[j])) / _part(p.outcomes[j], part).size
+        for j in idx
+    ]
+    return allocate_prefixes(np.asarray(q, np.float64), budget, cost=cost)
+
+
+def _part(outcomes: npt.NDArray[np.float64], part: str) -> npt.NDArray[np.float64]:
+    half = outcomes.size // 2
+    return {"all": outcomes, "first": outcomes[:half], "second": outcomes[half:]}[part]
 
 
 def _flips(outcomes: npt.NDArray[np.float64], reward: float) -> int:
-    return int(np.sum(np.abs(outcomes - reward) > 1e-6))
+    return int(_oracle_module().flips(outcomes.tolist(), reward))
 
 
 def tree_sums(
-    p: Prompt, subset: Sequence[int], k: npt.NDArray[np.int64], idx: npt.NDArray[np.int64], *, holdout: bool
+    p: Prompt,
+    subset: Sequence[int],
+    k: npt.NDArray[np.int64],
+    idx: npt.NDArray[np.int64],
+    *,
+    score: str = "all",
 ) -> dict[str, float]:
     """The metrics (module doc) of one tree: the roots ``subset`` of ``p`` and k[i] replays from anchor idx[i], in
-    exact expectation over the replays' outcomes. ``holdout``: score on the second half of each anchor's replays
-    (the oracle's allocation was chosen on the first)."""
+    exact expectation over the replays' outcomes, estimated from the ``score`` part ("all", "first", "second") of
+    each anchor's replays (an oracle's allocation is scored on the part it did not choose on)."""
     roots = p.roots[list(subset)]
     unanimous = bool(np.all(roots == roots[0]))
     unmixed = 1.0 if unanimous else 0.0
@@ -327,11 +349,11 @@ def tree_sums(
         if kj <= 0:
             continue
         o = p.outcomes[j]
-        score = o[o.size // 2 :] if holdout else o
-        f = _flips(score, float(p.reward[j]))
-        flips += kj * f / score.size
+        part = _part(o, score)
+        f = _flips(part, float(p.reward[j]))
+        flips += kj * f / part.size
         if unanimous:
-            est, plug = power_estimate(f, score.size, int(kj))
+            est, plug = power_estimate(f, part.size, int(kj))
             unmixed *= est
             plugin += plug
             terms += 1
@@ -369,15 +391,18 @@ def prompt_sums(p: Prompt, arm: str, budget: int, *, draws: int = 32, seed: int 
     for subset in combinations(range(big_r), m):
         idx = np.flatnonzero(np.isin(p.rollout, subset))
         if arm == "independent":
-            reps = [np.zeros(idx.size, np.int64)]
+            reps = [(np.zeros(idx.size, np.int64), "all")]
         else:
             cost = token_units(p.replay_tokens[idx], per)
             left = int(max(0, UNITS * budget - int(token_units(p.root_tokens[list(subset)].sum(), per))))
-            alloc = _allocator(arm)
-            times = draws if arm == "treepo" else 1
-            reps = [np.asarray(alloc(p, idx, cost, left, rng), np.int64) for _ in range(times)]
-        for k in reps:
-            for key, v in tree_sums(p, subset, k, idx, holdout=arm == "oracle").items():
+            if arm in ORACLE_FOLDS:
+                reps = [(oracle_allocation(p, idx, cost, left, c), sc) for c, sc in ORACLE_FOLDS[arm]]
+            else:
+                alloc = _allocator(arm)
+                times = draws if arm == "treepo" else 1
+                reps = [(np.asarray(alloc(p, idx, cost, left, rng), np.int64), "all") for _ in range(times)]
+        for k, score in reps:
+            for key, v in tree_sums(p, subset, k, idx, score=score).items():
                 acc[key] += v
             n += 1
     return {key: v / n for key, v in acc.items()}
@@ -459,7 +484,9 @@ def regime_map(
     return out
 
 
+@cache
 def _oracle_module() -> Any:
+    """benchmarks/kb_oracle.py as a module (its collection, `unbiased_power`, `flips`, `strict_json`)."""
     spec = importlib.util.spec_from_file_location("kb_oracle_bench", Path(__file__).parent / "kb_oracle.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -532,7 +559,12 @@ def plot(cells: Sequence[dict[str, Any]], path: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--data", type=Path, help="a kb_oracle.py --out table (JSON or .json.gz)")
+    src.add_argument(
+        "--data",
+        type=Path,
+        nargs="+",
+        help="kb_oracle.py --out tables (JSON or .json.gz); a task seen twice is kept once",
+    )
     src.add_argument("--policy", help="collect a table first with kb_oracle's collection from this snapshot")
     ap.add_argument("--collect-out", type=Path, help="with --policy: where to keep the collected table")
     ap.add_argument("--split", choices=("pool", "held_out"), default="held_out")
@@ -558,11 +590,22 @@ def main(argv: Sequence[str] | None = None) -> None:
             args.collect_out.write_text(json.dumps(oracle.strict_json({"prompts_data": records})))
         source = f"collected: {args.prompts} {args.split} prompts x {args.roots} roots x {args.mc} replays"
     else:
-        records = read_table(args.data)
-        source = str(args.data)
+        records, seen = [], set()
+        for path in args.data:
+            for r in read_table(path):
+                if r.get("task") not in seen or r.get("task") is None:
+                    records.append(r)
+                    seen.add(r.get("task"))
+        source = " + ".join(str(x) for x in args.data)
     prompts = load_prompts(records)
     cells = regime_map(
-        prompts, budgets=args.budgets, depths=args.depths, draws=args.draws, boot=args.boot, seed=args.seed
+        prompts,
+        budgets=args.budgets,
+        depths=args.depths,
+        arms=(*ARMS, *ORACLE_FOLDS.keys() - {"oracle"}),
+        draws=args.draws,
+        boot=args.boot,
+        seed=args.seed,
     )
     by_depth = {str(d): sum(p.depth == d for p in prompts) for d in sorted({p.depth for p in prompts})}
     print(f"{len(prompts)} prompts from {source}; by question depth {json.dumps(by_depth)}")
@@ -578,6 +621,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "units_per_rollout": UNITS,
         "budgets": args.budgets,
         "arms": list(ARMS),
+        "references": sorted(ORACLE_FOLDS.keys() - {"oracle"}),
         "cells": cells,
     }
     line = json.dumps(_oracle_module().strict_json(summary), allow_nan=False)

@@ -102,19 +102,23 @@ def test_random_anchor_flips_and_mixed_by_hand() -> None:
     assert out["replays"] == pytest.approx(2.0)
 
 
-def test_oracle_and_trace_arms_pick_by_their_q() -> None:
-    """Trace's V = 1/2 everywhere makes every q = 1/2: a tie; the oracle puts both replays on A (its only anchor
-    that can flip on the first half) for subset {root 0}, and flips come from A's second half (no flips there)."""
+def test_oracle_is_cross_fitted_and_the_in_sample_variant_is_not() -> None:
+    """Subset {root 0}, fold 1: the first halves read A = [1, 1] (q = 0), B = [0, 0] (q = 1): both replays on A,
+    scored on A's second half [0, 0]: no flip, not mixed. Fold 2: the second halves read q = 1 on both: a tie,
+    spread (1, 1), scored on the first halves: A's replay always flips: mixed, 1 flip. Subset {root 1}: both on C,
+    2 flips, mixed. In-sample: A (q = 1/2) gets both; C(2, 2) / C(4, 2) = 1/6 repeat, 1 flip expected."""
     p = _two_root_table()
     oracle = bench.prompt_sums(p, "oracle", 2)
-    # first half of A: [1, 1] -> q = 0, B: q = 1: both replays on A; scored on A's second half [0, 0]: no flip
-    assert oracle["flips"] == pytest.approx((0 + 2) / 2)
-    assert oracle["mixed"] == pytest.approx((0 + 1) / 2)
+    assert oracle["mixed"] == pytest.approx((0.5 + 1) / 2)
+    assert oracle["flips"] == pytest.approx((0.5 + 2) / 2)
+    insample = bench.prompt_sums(p, "oracle_insample", 2)
+    assert insample["mixed"] == pytest.approx((5 / 6 + 1) / 2)
+    assert insample["flips"] == pytest.approx((1 + 2) / 2)
 
 
 def test_equal_token_accounting_charges_replays_their_own_tokens() -> None:
     p = _two_root_table()
-    for arm in ("treepo", "branpo", "trace", "oracle"):
+    for arm in ("treepo", "branpo", "trace", "oracle", "oracle_insample"):
         out = bench.prompt_sums(p, arm, 2, draws=8)
         assert out["generated_tokens"] == pytest.approx(200.0)  # 1 root (100) + 2 replays (50 each)
         assert out["prefill_tokens"] > 0  # re-read prefixes: reported, never charged
@@ -127,7 +131,7 @@ def test_advantage_error_of_one_replay_by_hand() -> None:
     """Anchor on a failed root (r = 0) with s = 1/2, its child the leaf (s = r = 0): Delta = -1/2. One replay:
     A-hat = (0 - y) / 2, so E(A-hat - Delta)^2 = (-1/4 + 1/2)^2 + 1/4 * 1/4 = 1/8."""
     (p,) = bench.load_prompts([_record([0.0], [_anchor(0, 2, [1.0, 0.0, 1.0, 0.0])])])
-    out = bench.tree_sums(p, [0], np.array([1]), np.array([0]), holdout=False)
+    out = bench.tree_sums(p, [0], np.array([1]), np.array([0]), score="all")
     assert out["adv_sq"] == pytest.approx(1 / 8) and out["adv_n"] == 1
     assert out["mixed"] == pytest.approx(0.5) and out["flips"] == pytest.approx(0.5)
 
