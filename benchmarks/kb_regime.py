@@ -563,7 +563,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--data",
         type=Path,
         nargs="+",
-        help="kb_oracle.py --out tables (JSON or .json.gz); a task seen twice is kept once",
+        help="kb_oracle.py --out tables (JSON or .json.gz); a task and depth seen twice are kept once",
     )
     src.add_argument("--policy", help="collect a table first with kb_oracle's collection from this snapshot")
     ap.add_argument("--collect-out", type=Path, help="with --policy: where to keep the collected table")
@@ -593,9 +593,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         records, seen = [], set()
         for path in args.data:
             for r in read_table(path):
-                if r.get("task") not in seen or r.get("task") is None:
+                key = (r.get("task"), r.get("question_depth"))  # one task id holds one question per depth
+                if key not in seen or r.get("task") is None:
                     records.append(r)
-                    seen.add(r.get("task"))
+                    seen.add(key)
         source = " + ".join(str(x) for x in args.data)
     prompts = load_prompts(records)
     cells = regime_map(
