@@ -427,8 +427,13 @@ def regime_detail_table() -> str:
     difference at branch points) per cell and arm, from the regime map."""
     cells = {(c["depth"], c["budget"], c["arm"]): c for c in _regime_cells()}
     rows = [
-        "| depth | budget | flips per replay: " + " / ".join(REGIME_ARMS[1:]) + " | advantage RMSE: "
-        + " / ".join(REGIME_ARMS) + " | replays per tree: " + " / ".join(REGIME_ARMS[1:]) + " |",
+        "| depth | budget | flips per replay: "
+        + " / ".join(REGIME_ARMS[1:])
+        + " | advantage RMSE: "
+        + " / ".join(REGIME_ARMS)
+        + " | replays per tree: "
+        + " / ".join(REGIME_ARMS[1:])
+        + " |",
         "|---|---|---|---|---|",
     ]
     for d, b in sorted({(k[0], k[1]) for k in cells}):
