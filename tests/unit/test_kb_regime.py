@@ -176,3 +176,44 @@ def test_a_budget_beyond_the_kept_roots_is_refused() -> None:
     (p,) = bench.load_prompts([_record([0.0, 1.0], [])])
     with pytest.raises(ValueError, match="needs 4 roots"):
         bench.prompt_sums(p, "independent", 4)
+
+
+def test_main_reads_gzipped_tables_once_per_task_and_prints_json_last(tmp_path: Path, capsys: Any) -> None:
+    import gzip
+    import json
+
+    rng = np.random.default_rng(1)
+    records = [
+        {
+            **_record(
+                [float(x) for x in rng.integers(0, 2, 4)],
+                [_anchor(r, 1, [float(x) for x in rng.integers(0, 2, 4)]) for r in range(4)],
+            ),
+            "task": f"t{i}",
+        }
+        for i in range(3)
+    ]
+    with gzip.open(tmp_path / "a.json.gz", "wt") as f:
+        json.dump({"prompts_data": records}, f)
+    (tmp_path / "b.json").write_text(json.dumps({"prompts_data": records[:1]}))  # t0 again: kept once
+    bench.main(
+        [
+            "--data",
+            str(tmp_path / "a.json.gz"),
+            str(tmp_path / "b.json"),
+            "--budgets",
+            "2",
+            "--draws",
+            "2",
+            "--boot",
+            "10",
+            "--json-out",
+            str(tmp_path / "map.json"),
+        ]
+    )
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last == json.loads((tmp_path / "map.json").read_text())
+    assert last["prompts_by_depth"] == {"2": 3} and {c["arm"] for c in last["cells"]} >= set(bench.ARMS)
+    (tmp_path / "c.json").write_text(json.dumps({"trees": 1}))
+    with pytest.raises(ValueError, match="not a kb_oracle"):
+        bench.read_table(tmp_path / "c.json")
