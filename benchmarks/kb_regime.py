@@ -33,7 +33,8 @@ Metrics of a tree (r_j: the reward of the rollout anchor j lies on; F_j flips am
 
 - mixed: P(the tree's leaves hold a success and a failure) = 1 - [roots unanimous] prod_j Q_j(k_j), Q_j(k) the
   estimate of q_j^k: C(n_j - F_j, k) / C(n_j, k) (unbiased, draws without replacement) when k <= n_j, else the
-  plug-in (1 - F_j / n_j)^k (counted in ``plugin_share``); ``mixed_per_1k`` = 1000 sum mixed / sum generated tokens
+  plug-in (1 - F_j / n_j)^k (counted in ``plugin_share``; by Jensen's inequality it overstates the chance of no
+  flip, so an arm with a large plugin_share has its mixed share biased low); ``mixed_per_1k`` = 1000 sum mixed / sum generated tokens
   over a cell's prompts (ratio of sums);
 - flips per replay: sum_j k_j F_j / n_j over sum_j k_j (unbiased per replay);
 - advantage error (step credit at branch points, unnormalised): at every node of the tree with >= 2 continuations,
@@ -49,11 +50,11 @@ Metrics of a tree (r_j: the reward of the rollout anchor j lies on; F_j flips am
 Uncertainty: standard errors from a bootstrap over the cell's prompts (``--boot`` resamples, seeded), paired
 between arms for ``*_minus_independent``; the truth itself carries Monte Carlo error (about 0.5 / sqrt(K) per s).
 
-    python benchmarks/kb_regime.py --data outcomes.json[.gz] [more.json ...] [--budgets 2 4 8] [--depths 2 3 4] [--draws 32]
-        [--boot 1000] [--seed 0] [--json-out map.json] [--plot map.png]
+    python benchmarks/kb_regime.py --data outcomes.json[.gz] [more.json ...] [--budgets 2 4 8] [--depths 2 3 4]
+        [--draws 32] [--boot 1000] [--seed 0] [--json-out map.json] [--plot map.png]
     python benchmarks/kb_regime.py --policy runs/kb_hops/sft/policy --collect-out outcomes.json [kb_oracle flags]
 
-Prints a table per budget, then one JSON line last: ``cells`` (one per depth x budget x arm: prompts, mixed,
+Prints a table (one line per depth x budget x arm, ``oracle_insample`` included), then one JSON line last: ``cells`` (one per depth x budget x arm: prompts, mixed,
 mixed_per_1k, generated_tokens, prefill_tokens, replays, flips_per_replay, adv_rmse, plugin_share, each with
 ``*_se``, and ``mixed_per_1k_minus_independent`` with its SE) and ``prompts_by_depth``.
 """
