@@ -247,6 +247,12 @@ def overshot(turns: Sequence[Any], depth: int) -> bool:
     return False
 
 
+def generated_tokens(turns: Sequence[Any]) -> int:
+    """Model-sampled tokens of an episode's turns (the 1s of their loss masks; template and observation tokens
+    excluded)."""
+    return int(sum(int(np.asarray(t.loss_mask).sum()) for t in turns))
+
+
 def _as_int(value: object, default: int) -> int:
     """``value`` as an int when it is a number, else ``default`` (a field an env did not set)."""
     return int(value) if isinstance(value, (int, float)) else default
@@ -314,11 +320,18 @@ async def sample(
     prompts = []
     for r in results:
         outcome: dict[int, list[float]] = {}
+        spent: dict[int, list[int]] = {}
+        prefill: dict[int, int] = {}
         for node, ep in r.replays:
             outcome.setdefault(int(node), []).append(float(ep.reward))
+            spent.setdefault(int(node), []).append(generated_tokens(ep.turns))
+            prefill[int(node)] = len(ep.prompt_ids)
         choice = traced.get(r.task.id, PrefixChoice(np.zeros(0, np.int64)))
         values = choice.values if choice.values is not None else np.full(len(r.anchors), np.nan)
         leaf_of = r.tree.chain_leaf()
+        roots_of = {
+            int(p[-1]): i for i, p in enumerate(q for q in r.tree.paths() if not r.tree.is_replay[int(q[-1])])
+        }
         anchors = []
         for j, a in enumerate(r.anchors):
             turn = r.tree.turns[a.node]
@@ -332,6 +345,9 @@ async def sample(
                     "value": float(values[j]),
                     "trace_k": int(choice.k[j]),
                     "hops_right": _as_int(info.get("hops_right"), -1),
+                    "rollout": roots_of.get(int(leaf_of[a.node]), -1),
+                    "replay_tokens": spent.get(int(a.node), []),
+                    "prefix_tokens": prefill.get(int(a.node), 0),
                 }
             )
         depth = _as_int(r.task.metadata.get("depth"), 0)
@@ -343,6 +359,9 @@ async def sample(
                 "task": r.task.id,
                 "question_depth": depth,
                 "roots": [float(e.reward) for e in r.roots],
+                "root_tokens": [generated_tokens(e.turns) for e in r.roots],
+                "root_turns": [len(e.turns) for e in r.roots],
+                "prompt_tokens": len(r.roots[0].prompt_ids) if r.roots else 0,
                 "first_wrong_hop": wrong,
                 "overshoot": overshoot,
                 "anchors": anchors,

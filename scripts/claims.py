@@ -384,6 +384,66 @@ def wallclock_table() -> str:
     return "\n".join(rows)
 
 
+REGIME_ARMS = ("independent", "treepo", "branpo", "trace", "oracle")
+
+
+def _regime_cells() -> list[dict]:
+    """The cells of issue 59's regime map (`benchmarks/kb_regime.py`'s JSON line, results/c59/regime_map.json)."""
+    return list(json.loads((ROOT / "results" / "c59" / "regime_map.json").read_text())["cells"])
+
+
+def _pm(value: float | None, se: float | None, fmt: str = ".2f") -> str:
+    if value is None:
+        return "-"
+    return f"{value:{fmt}}" if se is None else f"{value:{fmt}} ± {se:{fmt}}"
+
+
+def regime_table() -> str:
+    """Mixed groups per 1k generated tokens per question depth x per-prompt budget x arm (mean ± bootstrap SE over
+    the cell's prompts), and each replay arm minus independent rollouts (paired), from the regime map."""
+    cells = {(c["depth"], c["budget"], c["arm"]): c for c in _regime_cells()}
+    rows = [
+        "| depth | budget | prompts | " + " | ".join(f"`{a}`" for a in REGIME_ARMS) + " |",
+        "|---|---|---|" + "---|" * len(REGIME_ARMS),
+    ]
+    for d, b in sorted({(k[0], k[1]) for k in cells}):
+        parts = []
+        for arm in REGIME_ARMS:
+            c = cells[(d, b, arm)]
+            text = _pm(c["mixed_per_1k"], c["mixed_per_1k_se"])
+            if arm != "independent":
+                diff, se = c["mixed_per_1k_minus_independent"], c["mixed_per_1k_minus_independent_se"]
+                text += f" ({diff:+.2f} ± {se:.2f})"
+                if se is not None and diff > 2 * se:
+                    text = f"**{text}**"
+            parts.append(text)
+        n = int(cells[(d, b, "independent")]["prompts"])
+        rows.append(f"| {d} | {b} | {n} | " + " | ".join(parts) + " |")
+    return "\n".join(rows)
+
+
+def regime_detail_table() -> str:
+    """Flips per replay and the step-credit error (RMSE of the estimated advantage against the true value
+    difference at branch points) per cell and arm, from the regime map."""
+    cells = {(c["depth"], c["budget"], c["arm"]): c for c in _regime_cells()}
+    rows = [
+        "| depth | budget | flips per replay: "
+        + " / ".join(REGIME_ARMS[1:])
+        + " | advantage RMSE: "
+        + " / ".join(REGIME_ARMS)
+        + " | replays per tree: "
+        + " / ".join(REGIME_ARMS[1:])
+        + " |",
+        "|---|---|---|---|---|",
+    ]
+    for d, b in sorted({(k[0], k[1]) for k in cells}):
+        flips = " / ".join(_pm(cells[(d, b, a)]["flips_per_replay"], None, ".3f") for a in REGIME_ARMS[1:])
+        adv = " / ".join(_pm(cells[(d, b, a)]["adv_rmse"], None, ".3f") for a in REGIME_ARMS)
+        reps = " / ".join(f"{cells[(d, b, a)]['replays']:.1f}" for a in REGIME_ARMS[1:])
+        rows.append(f"| {d} | {b} | {flips} | {adv} | {reps} |")
+    return "\n".join(rows)
+
+
 def blocks() -> dict[str, dict[str, str]]:
     """Per file, the text of each generated block."""
     readme = [c for c in CLAIMS if c.readme]
@@ -396,6 +456,8 @@ def blocks() -> dict[str, dict[str, str]]:
             "multistep": details_table("multistep"),
             "agentic": details_table("agentic"),
             "c58": c58_table(),
+            "regime": regime_table(),
+            "regime_detail": regime_detail_table(),
         },
         "docs/benchmarks.md": {"wallclock": wallclock_table()},
     }

@@ -150,6 +150,16 @@ def test_monte_carlo_success_matches_the_closed_form() -> None:
     }  # a bad turn answers at once
     # a constant predictor ranks nothing: its Spearman is undefined at every depth
     assert all(np.isnan(v) for v in summary["predictor_spearman_by_depth"].values())
+    # token counts for the regime map (kb_regime.py): one sampled token per turn; an anchor at depth t re-reads the
+    # prompt and t turns (each a sampled token and an observation token) and lies on the root it came from
+    for r in prompts:
+        assert r["root_tokens"] == r["root_turns"] and r["prompt_tokens"] == 1
+        for a in r["anchors"]:
+            left = depth + 1 - a["depth"]  # turns a successful continuation takes; a bad turn ends it sooner
+            for x, t in zip(a["replays"], a["replay_tokens"], strict=True):
+                assert t == left if x else 1 <= t <= left
+            assert a["prefix_tokens"] >= 1 + a["depth"] and 0 <= a["rollout"] < len(r["roots"])
+            assert r["root_turns"][a["rollout"]] > a["depth"]
     # TRACE's k on the roots-only tree spends the budget of N M = 4 replays
     assert all(sum(a["trace_k"] for a in r["anchors"]) == 4 for r in prompts if r["anchors"])
 
