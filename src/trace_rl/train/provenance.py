@@ -202,11 +202,15 @@ def resolved_block(trainer: Any) -> dict[str, Any]:
     import torch
 
     from trace_rl.train.prefixes import effective_method
+    from trace_rl.train.step import gen_batch_cap
 
+    cfg = trainer.cfg
+    update = dataclasses.asdict(trainer.settings)  # the keys of the update settings before issue 60
+    update["temperature"] = cfg.sampling.temperature
     return {
-        "update": dataclasses.asdict(trainer.settings),
+        "update": update,
         "device": trainer.device,
         "threads": torch.get_num_threads(),
         "cold_start_method": effective_method(trainer.method, False).name,
-        "max_num_gen_batches": trainer.parts.max_gen_batches,
+        "max_num_gen_batches": gen_batch_cap(cfg.spec, cfg.env.pool_size, trainer.shape.batch_size),
     }

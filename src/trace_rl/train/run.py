@@ -71,14 +71,13 @@ class Trainer:
         from trace_rl.allocation import AdaptiveState, get_method
         from trace_rl.envs import make_env
         from trace_rl.predictor import build_predictor
-        from trace_rl.predictor.names import CONVEX_NAMES
         from trace_rl.predictor.online import OnlineConfig, OnlineTrainer
         from trace_rl.rollout.agent import ChatCodec
         from trace_rl.rollout.backends import SamplingParams
         from trace_rl.train.run_policy import load_run_policy
         from trace_rl.train.serving import open_backend
         from trace_rl.train.step import StepParts
-        from trace_rl.train.update import policy_update, update_settings
+        from trace_rl.train.update import policy_update
 
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
@@ -118,12 +117,12 @@ class Trainer:
             betas=(0.9, 0.95),
             weight_decay=cfg.optim.weight_decay,
         )
-        history = (  # the convex predictors' outcome window (config validation rejects it for the others)
+        history = (  # the convex predictors' outcome window (their section's variant holds it)
             {
                 "history_window": cfg.predictor.history_window or None,
                 "history_decay": cfg.predictor.history_decay,
             }
-            if cfg.predictor.name in CONVEX_NAMES
+            if cfg.predictor.variant == "convex"
             else {}
         )
         self.predictor = build_predictor(
@@ -156,7 +155,7 @@ class Trainer:
         self.probe_charge: dict[str, Any] | None = None
         if ckpt is None and cfg.predictor.warm_start and (policy_dir / PROBE_FILE).exists():
             self._warm_predictor(policy_dir / PROBE_FILE)
-        self.settings = update_settings(cfg)
+        self.settings = cfg.spec.resolved_update(cfg.env.name)  # "auto" resolved: provenance records it
         self.ref_model = self._reference_model(ckpt) if cfg.optim.kl_coef > 0 else None
 
         def update(trees: list[Any]) -> dict[str, float]:
@@ -168,6 +167,7 @@ class Trainer:
                 pad_id=self.pad_id,
                 rng=self.update_rng,
                 ref_model=self.ref_model,
+                temperature=cfg.sampling.temperature,
             )
             self.serving.sync(self.policy)  # the backend generates from the new weights from now on
             return stats
@@ -180,17 +180,9 @@ class Trainer:
             predictor=self.predictor,
             online=self.online,
             update_policy=update,
-            max_turns=cfg.env.max_turns,
-            max_concurrency=cfg.sampling.max_concurrency,
-            accounting=cfg.budget.accounting,
+            spec=cfg.spec,
             max_chars=int(getattr(self.predictor, "max_chars", 2048)),  # score the texts it trains on
-            max_gen_batches=cfg.budget.max_num_gen_batches or cfg.env.pool_size // self.shape.batch_size,
-            prefix_objective=cfg.budget.prefix_objective,
-            sibling_weight=cfg.budget.sibling_weight,
-            state_evidence=cfg.budget.state_evidence,
             adaptive=AdaptiveState() if self.method.adaptive else None,
-            coverage=cfg.budget.coverage,
-            normalize_std=cfg.optim.normalize_std,
         )
         if ckpt is not None:
             self._load_checkpoint(ckpt)

@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from trace_rl.allocation import SIBLING_WEIGHT, UNITS_PER_ROLLOUT, BudgetShape, Method, trace_prefixes
-from trace_rl.allocation.adaptive import COVERAGE, AdaptiveState, adaptive_roots
+from trace_rl.allocation.adaptive import AdaptiveState, adaptive_roots
 from trace_rl.errors import DataError
 from trace_rl.metrics import (
     effective_ratio,
@@ -44,6 +44,7 @@ from trace_rl.rollout.expansion import PromptResult, ReplayAllocator, roots_mixe
 from trace_rl.rollout.scheduler import run_plan
 from trace_rl.train.prefixes import anchor_values, effective_method, prefix_budget, replay_allocator
 from trace_rl.train.selection import observe_adaptive, selection_fields
+from trace_rl.train.spec import TraceSpec
 from trace_rl.tree import RolloutTree
 from trace_rl.types import RootPlan, Task
 
@@ -53,6 +54,7 @@ __all__ = [
     "anchor_values",
     "effective_method",
     "fresh_rollouts_on_mixed",
+    "gen_batch_cap",
     "prefix_callback",
     "prefix_objective_applies",
     "replay_flips",
@@ -62,7 +64,8 @@ __all__ = [
 
 @dataclass
 class StepParts:
-    """What a step needs besides the method: engines, environment, predictor and the policy update.
+    """What a step needs besides the method: engines, environment, predictor, the policy update and TRACE's
+    settings.
 
     Attributes:
         backend: generation backend (e.g. `trace_rl.rollout.engine.LocalEngine`).
@@ -72,18 +75,13 @@ class StepParts:
         predictor: a `SuccessPredictor` (predict / update / is_warm).
         online: the predictor's `OnlineTrainer` (observe_step after each step).
         update_policy: callable(trees) -> dict of update metrics (runs the optimizer).
-        max_turns, max_concurrency: episode and scheduler limits.
-        accounting: "paper" or "token" (DESIGN.md section 2).
+        spec: the run's `trace_rl.train.spec.TraceSpec`: episode and scheduler limits (``max_turns``,
+            ``sampling.max_concurrency``), the accounting, `dapo`'s draw cap (``budget.max_num_gen_batches``; 0:
+            the pool's batches), the prefix stage's options (``prefix``: its objective applies to the methods whose
+            prefix strategy is `trace_prefixes`, docs/allocation.md) and `trace_adaptive`'s coverage and root value
+            normalisation (``budget.coverage``, ``update.normalize_std``).
         max_chars: serialization budget of predictor texts.
-        max_gen_batches: `dapo`'s cap on the batches one step draws (budget.max_num_gen_batches).
-        prefix_objective: "paper" or "contrast" (budget.prefix_objective): the objective of the prefix stage of
-            the methods whose prefix strategy is `trace_prefixes` (docs/allocation.md, "The contrast objective").
-        sibling_weight: the contrast objective's weight of the sibling terms (budget.sibling_weight).
-        state_evidence: value the anchors of those methods by the predictor's posterior given the root rollouts
-            in each anchor's environment state (budget.state_evidence; docs/predictor.md, group-aware predictor).
-        adaptive: `trace_adaptive`'s measurements of earlier steps (None for the other methods); coverage: its
-            share of uniformly drawn prompts (budget.coverage); normalize_std: its root value's normalisation
-            (optim.normalize_std).
+        adaptive: `trace_adaptive`'s measurements of earlier steps (None for the other methods).
     """
 
     backend: Any
@@ -93,17 +91,9 @@ class StepParts:
     predictor: Any
     online: Any
     update_policy: Callable[[list[RolloutTree]], dict[str, float]]
-    max_turns: int = 4
-    max_concurrency: int = 64
-    accounting: str = "paper"
+    spec: TraceSpec = field(default_factory=TraceSpec)
     max_chars: int = 2048
-    max_gen_batches: int = 1
-    prefix_objective: str = "paper"
-    sibling_weight: float = SIBLING_WEIGHT
-    state_evidence: bool = False
     adaptive: AdaptiveState | None = None
-    coverage: float = COVERAGE
-    normalize_std: bool = True
     timers: dict[str, float] = field(default_factory=dict)
 
     def tick(self, key: str, seconds: float) -> None:
@@ -126,21 +116,22 @@ def prefix_callback(
     accounting or a fresh anchor, where a replay from anchor j costs ceil(U * remaining_j / mean rollout
     tokens), remaining_j being the model tokens the original rollout generated after anchor j).
 
-    ``parts.prefix_objective`` applies to a method whose prefix strategy is `trace_prefixes` (the configured method
-    is checked by the config); the cold-start fallback (TreePO's random anchors, `effective_method`) has none.
+    ``parts.spec.prefix`` applies to a method whose prefix strategy is `trace_prefixes` (the configured method
+    is checked by the spec); the cold-start fallback (TreePO's random anchors, `effective_method`) has none.
     """
-    contrast = parts.prefix_objective == "contrast" and prefix_objective_applies(method)
+    prefix = parts.spec.prefix
+    contrast = prefix.prefix_objective == "contrast" and prefix_objective_applies(method)
     return replay_allocator(
         method,
         parts.predictor,
         replay_cost=shape.replay_cost,
-        accounting=parts.accounting,
+        accounting=parts.spec.budget.accounting,
         rng_of=lambda task: prompt_rngs[task.id],
         max_chars=parts.max_chars,
         tick=parts.tick,
         objective="contrast" if contrast else "paper",
-        sibling_weight=parts.sibling_weight if contrast else SIBLING_WEIGHT,
-        state_evidence=parts.state_evidence and prefix_objective_applies(method),
+        sibling_weight=prefix.sibling_weight if contrast else SIBLING_WEIGHT,
+        state_evidence=prefix.state_evidence and prefix_objective_applies(method),
     )
 
 
@@ -199,11 +190,16 @@ def training_step(
             raise ValueError(f"method {used.name} needs StepParts.adaptive, the run's AdaptiveState")
         else:
             plan = adaptive_roots(
-                v, shape, rng, parts.adaptive, coverage=parts.coverage, normalize_std=parts.normalize_std
+                v,
+                shape,
+                rng,
+                parts.adaptive,
+                coverage=parts.spec.budget.coverage,
+                normalize_std=parts.spec.update.normalize_std,
             )
         # local budgets in the allocator's units: replays, or integer cost units (token accounting, fresh anchor)
         budgets = [
-            prefix_budget(float(x), shape.replay_cost, method=used, accounting=parts.accounting)[0]
+            prefix_budget(float(x), shape.replay_cost, method=used, accounting=parts.spec.budget.accounting)[0]
             for x in plan.replay_budget
         ]
         plan = dataclasses.replace(plan, replay_budget=np.asarray(budgets, dtype=np.float64))
@@ -249,7 +245,7 @@ def training_step(
     replays = [e for r in generated for _, e in r.replays]
     depths = [int(ep.start_depth) for ep in replays]
     hist: list[int] = (
-        np.bincount(np.asarray(depths, dtype=np.int64), minlength=parts.max_turns + 1).tolist()
+        np.bincount(np.asarray(depths, dtype=np.int64), minlength=parts.spec.max_turns + 1).tolist()
         if depths
         else []
     )
@@ -260,9 +256,11 @@ def training_step(
         "allocation": used.name,
         # the prefix stage's objective this step ("contrast" only where it applies: not at cold start)
         "prefix_objective": (
-            parts.prefix_objective if prefix_objective_applies(used) and used.has_replays else "paper"
+            parts.spec.prefix.prefix_objective if prefix_objective_applies(used) and used.has_replays else "paper"
         ),
-        "state_evidence": float(parts.state_evidence and prefix_objective_applies(used) and used.has_replays),
+        "state_evidence": float(
+            parts.spec.prefix.state_evidence and prefix_objective_applies(used) and used.has_replays
+        ),
         "predictor_warm": float(warm),
         "budget_spent": float(sum(r.spent for r in generated)),
         "budget_total": shape.total,
@@ -342,10 +340,10 @@ def _run_roots_and_prefixes(
             parts.codec,
             parts.sampling,
             prefix_callback(used, parts, shape, prompt_rngs),
-            max_turns=parts.max_turns,
-            max_concurrency=parts.max_concurrency,
+            max_turns=parts.spec.max_turns,
+            max_concurrency=parts.spec.sampling.max_concurrency,
             replay_cost=shape.replay_cost,
-            unit=prefix_budget(0, shape.replay_cost, method=used, accounting=parts.accounting)[1],
+            unit=prefix_budget(0, shape.replay_cost, method=used, accounting=parts.spec.budget.accounting)[1],
             seed=int(rng.integers(2**31)),
             tree_factory=lambda ids, meta: RolloutTree.new(prompt_ids=ids, meta=meta),
             fresh_anchor=used.fresh,
@@ -390,7 +388,7 @@ def _dynamic_sampling(
 
     Draw batches of ``shape.batch_size`` prompts not drawn yet this step (uniformly at random from the pool),
     ``shape.group_size`` rollouts each; keep the groups whose rewards are mixed; stop once ``batch_size`` mixed
-    groups are kept, ``parts.max_gen_batches`` batches were drawn, the pool has no full batch left, or the next
+    groups are kept, `gen_batch_cap` batches were drawn, the pool has no full batch left, or the next
     draw would overspend ``budget_left``. The kept groups are cut to ``batch_size`` (verl keeps the first
     train_batch_size groups). Where verl raises once its cap is reached, this step trains on what it filled
     (a run must not stop halfway); every rollout generated, kept or dropped, is spent.
@@ -405,7 +403,8 @@ def _dynamic_sampling(
     kept: list[PromptResult] = []
     draws = 0
     spent = 0.0
-    while len(kept) < batch and draws < parts.max_gen_batches and (draws + 1) * batch <= len(pool):
+    cap = gen_batch_cap(parts.spec, len(pool), batch)
+    while len(kept) < batch and draws < cap and (draws + 1) * batch <= len(pool):
         if budget_left is not None and spent + batch * n > budget_left + 1e-9:
             break
         rollouts = np.zeros(len(pool), dtype=np.int64)
@@ -417,6 +416,12 @@ def _dynamic_sampling(
         generated.extend(results)
         kept.extend(r for r in results if is_effective(r.tree))
     return generated, kept[:batch], draws
+
+
+def gen_batch_cap(spec: TraceSpec, pool_size: int, batch_size: int) -> int:
+    """`dapo`'s cap on the batches of ``batch_size`` prompts one step draws: ``budget.max_num_gen_batches``, or
+    (0) every full batch of a pool of ``pool_size`` prompts."""
+    return spec.budget.max_num_gen_batches or pool_size // batch_size
 
 
 def fresh_rollouts_on_mixed(results: Sequence[PromptResult]) -> int:
