@@ -103,7 +103,7 @@ class TraceRolloutFunc:
                 f"trace_rollout_func supports the tree methods {', '.join(ROLLOUT_FUNC_METHODS)}, not {s.method!r} "
                 "(flat methods are plain GRPOTrainer; trace_fresh can return more rows than num_generations)"
             )
-        if s.estimator == "treerpo":
+        if s.estimator == "treerpo":  # "auto" resolves to a leaf-level estimator here (estimator_for)
             raise ValueError(
                 "trace_rollout_func cannot train TreeRPO: its per-turn advantages need one row per turn, which "
                 "GRPOTrainer's fixed num_generations cannot hold; use estimator 'tree_grpo' or 'grpo', or "
@@ -263,7 +263,7 @@ class TraceRolloutFunc:
                     result.fresh
                 )  # m_i (fresh rollouts bought by the budget excluded)
                 tree = result.tree
-                adv = tree_advantages(tree, self.settings.estimator)
+                adv = tree_advantages(tree, self.settings.estimator_for(task, node_level=False))
                 rows = tree_rows(tree, adv)
                 mean = float(np.mean([row.advantage for row in rows]))
                 if abs(mean) > MEAN_TOLERANCE:
