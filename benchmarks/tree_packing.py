@@ -148,12 +148,10 @@ def compare_compile(model: Any, start: dict[str, Any], trees: list[Any], args: a
     import torch
 
     from trace_rl.train.spec import UpdateSpec
-from trace_rl.train.update import policy_update
+    from trace_rl.train.update import policy_update
 
     ways = {
-        name: UpdateSpec(
-            estimator="treerpo", minibatches=2, micro_tokens=4096, packing="tree", compile=on
-        )
+        name: UpdateSpec(estimator="treerpo", minibatches=2, micro_tokens=4096, packing="tree", compile=on)
         for name, on in (("eager", False), ("compiled", True))
     }
     wall: dict[str, list[float]] = {name: [] for name in ways}
@@ -197,7 +195,7 @@ def alternate(
 
     import trace_rl.train.update as update
     from trace_rl.train.spec import UpdateSpec
-from trace_rl.train.update import policy_update
+    from trace_rl.train.update import policy_update
 
     settings = UpdateSpec(estimator="treerpo", minibatches=2, micro_tokens=4096, packing="tree")
     wall: dict[str, list[float]] = {name: [] for name in ways}
@@ -315,7 +313,7 @@ def main() -> None:
 
     from trace_rl.policy import load_policy
     from trace_rl.train.spec import UpdateSpec
-from trace_rl.train.update import policy_update
+    from trace_rl.train.update import policy_update
 
     if args.generate:
         generate(args.trees)

@@ -66,7 +66,9 @@ def run_dapo(rewards: list[float], *, cap: int = 3, budget_left: float | None = 
         spec=TraceSpec(
             method="dapo",
             max_turns=1,
-            sampling=SamplingSpec(max_concurrency=1),  # one episode at a time: the script's rewards go in order
+            sampling=SamplingSpec(
+                max_concurrency=1
+            ),  # one episode at a time: the script's rewards go in order
             budget=BudgetSpec(max_num_gen_batches=cap),
         ),
     )

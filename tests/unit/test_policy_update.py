@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trace_rl.train.spec import TraceSpec, UpdateSpec
+from trace_rl.train.spec import TraceSpec, UpdateSpec  # noqa: E402
 from trace_rl.train.update import policy_update  # noqa: E402
 from trace_rl.tree import RolloutTree  # noqa: E402
 from trace_rl.types import Turn  # noqa: E402
@@ -159,9 +159,7 @@ def test_zero_advantage_rows_count_in_the_token_mean_denominator(tiny_policy) ->
     for rows in ("count", "drop"):
         model = copy.deepcopy(tiny_policy.model)
         opt = torch.optim.SGD(model.parameters(), lr=1.0)
-        settings = UpdateSpec(
-            estimator="grpo", minibatches=1, zero_advantage_rows=rows, max_grad_norm=1e9
-        )
+        settings = UpdateSpec(estimator="grpo", minibatches=1, zero_advantage_rows=rows, max_grad_norm=1e9)
         stats[rows] = policy_update(model, opt, trees, settings, pad_id=0, rng=np.random.default_rng(0))
         moves[rows] = torch.cat([p.detach().reshape(-1) for p in model.parameters()]) - base
     assert stats["count"]["rows"] == stats["drop"]["rows"] == 3
@@ -173,7 +171,7 @@ def test_zero_advantage_rows_count_in_the_token_mean_denominator(tiny_policy) ->
 
 
 def test_update_settings_reject_settings_that_cannot_take_effect() -> None:
-    with pytest.raises(ValueError, match="exactly one of optim.minibatches"):
+    with pytest.raises(ValueError, match=r"exactly one of optim\.minibatches"):
         UpdateSpec(minibatch=8)  # minibatches defaults to 1
     with pytest.raises(ValueError, match="loss_scale_tokens"):
         UpdateSpec(loss_scale_tokens=64)

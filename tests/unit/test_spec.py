@@ -22,7 +22,9 @@ def test_the_native_trainer_and_both_adapters_share_every_default() -> None:
     # the keys whose defaults drifted before issue 60, read from each adapter's own fields
     native = TrainConfig()
     trl, verl = TraceSettings(), TraceVerlConfig()
-    assert native.budget.max_rollouts == trl.max_rollouts == verl.max_rollouts == one.budget.max_rollouts == 16
+    assert (
+        native.budget.max_rollouts == trl.max_rollouts == verl.max_rollouts == one.budget.max_rollouts == 16
+    )
     assert native.sampling.max_new_tokens == trl.max_new_tokens == verl.max_new_tokens == 128
     assert native.optim.estimator == trl.estimator == one.update.estimator == "auto"
     for shared in ("continuations", "min_rollouts", "replay_cost", "max_turns", "method"):
@@ -48,7 +50,9 @@ def test_auto_resolves_one_way_for_every_consumer() -> None:
     assert resolve_estimator("auto", "trace", "bfcl") == "tree_grpo"
     assert resolve_estimator("auto", "grpo", "math_python") == "grpo"
     assert resolve_estimator("auto", "trace_adaptive", "math_python") == "tree_grpo"
-    assert resolve_estimator("auto", "trace", "math_python", node_level=False) == "tree_grpo"  # GRPOTrainer rows
+    assert (
+        resolve_estimator("auto", "trace", "math_python", node_level=False) == "tree_grpo"
+    )  # GRPOTrainer rows
     assert resolve_estimator("grpo", "trace", "math_python") == "grpo"
     cfg = load_config(preset="smoke")
     assert cfg.spec.resolved_update(cfg.env.name).estimator == "treerpo"

@@ -53,7 +53,9 @@ _SERVERS = {
     "variants": ("launched", "servers"),
     "why": "the local engine generates in-process; set backend.kind=vllm or sglang to use servers",
 }
-_IN_FLIGHT = {"why": "applies to server replicas only; the local engine batches sampling.max_concurrency requests"}
+_IN_FLIGHT = {
+    "why": "applies to server replicas only; the local engine batches sampling.max_concurrency requests"
+}
 
 
 def _of(variant: dict[str, Any], default: Any, accepts: Range | None = None) -> Any:
@@ -73,9 +75,10 @@ def _only_variant(section: Any, variant: str) -> None:
         if variant in f.metadata.get("variants", (variant,)) or value == f.default:
             continue
         urls_set = " and backend.urls set" if getattr(section, "urls", "").strip() else ""
-        why = f.metadata["why"].format(s=section, default=f.default, convex=", ".join(CONVEX_NAMES), urls_set=urls_set)
+        why = f.metadata["why"].format(
+            s=section, default=f.default, convex=", ".join(CONVEX_NAMES), urls_set=urls_set
+        )
         raise SpecError(f.name, why)
-
 
 
 @dataclass(frozen=True)
@@ -237,7 +240,7 @@ class PredictorSection:
 
     @property
     def variant(self) -> str:
-        """"convex" (`trace_rl.predictor.names.CONVEX_NAMES`: one refit per step) or "neural"."""
+        """ "convex" (`trace_rl.predictor.names.CONVEX_NAMES`: one refit per step) or "neural"."""
         from trace_rl.predictor.names import CONVEX_NAMES
 
         return "convex" if self.name in CONVEX_NAMES else "neural"
@@ -278,7 +281,7 @@ class BackendSection:
 
     @property
     def variant(self) -> str:
-        """"local" (the in-process engine), "launched" (vLLM servers trace-rl starts: kind vllm, no urls) or
+        """ "local" (the in-process engine), "launched" (vLLM servers trace-rl starts: kind vllm, no urls) or
         "servers" (running servers at ``urls``)."""
         if self.kind == "local":
             return "local"

@@ -3,7 +3,8 @@
 The run's other jobs live next to it: the supervised warm start in `trace_rl.train.warm_start`, the held-out
 evaluation in `trace_rl.train.evaluation`, checkpoints in `trace_rl.train.checkpoint`, and the run folder (its
 layout, metrics.jsonl, config.json, the CLI's helpers) in `trace_rl.train.rundir`, the data order and the timed env
-factory in `trace_rl.train.data`, loading the policy (checked against the config) in `trace_rl.train.run_policy`.
+factory in `trace_rl.train.data`, loading the policy (checked against the config), its device and optimizer in
+`trace_rl.train.run_policy`.
 Names they own that were importable from here before the split still are (`read_metrics`, `summarize`,
 `resume_config`, `save_probe_outcomes`, ...), but are not this module's `__all__`.
 """
@@ -27,6 +28,8 @@ from trace_rl.train.config import ConfigError, TrainConfig, budget_shape
 from trace_rl.train.data import DataCursor, TimedEnvFactory
 from trace_rl.train.evaluation import evaluate_held_out
 from trace_rl.train.provenance import PROVENANCE_KEY, resolved_block, run_provenance
+from trace_rl.train.run_policy import policy_device as policy_device
+from trace_rl.train.run_policy import policy_optimizer
 from trace_rl.train.rundir import (
     RUN_DIRS,
     RUN_FILES,
@@ -66,8 +69,6 @@ class Trainer:
 
     # ---------------------------------------------------------------------------------------------- set-up
     def setup(self) -> None:
-        import torch
-
         from trace_rl.allocation import AdaptiveState, get_method
         from trace_rl.envs import make_env
         from trace_rl.predictor import build_predictor
@@ -111,12 +112,7 @@ class Trainer:
             top_p=cfg.sampling.top_p,
             seed=cfg.seed,
         )
-        self.optimizer = torch.optim.AdamW(
-            self.policy.model.parameters(),
-            lr=cfg.optim.lr,
-            betas=(0.9, 0.95),
-            weight_decay=cfg.optim.weight_decay,
-        )
+        self.optimizer = policy_optimizer(self.policy.model, cfg)
         history = (  # the convex predictors' outcome window (their section's variant holds it)
             {
                 "history_window": cfg.predictor.history_window or None,
@@ -432,22 +428,6 @@ def _seed_and_threads(cfg: TrainConfig) -> None:
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     torch.set_num_threads(cfg.threads or max(1, min(os.cpu_count() or 1, 4)))
-
-
-def policy_device(cfg: TrainConfig) -> str:
-    """The torch device for the policy: ``cfg.device``, with "auto" = cuda when available, else cpu."""
-    import torch
-
-    if cfg.device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if cfg.device.startswith("cuda"):
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        index = int(cfg.device.partition(":")[2] or 0)
-        if index >= count:
-            raise ConfigError(
-                f"device={cfg.device!r} but torch sees {count} CUDA device(s); use device=auto or cpu"
-            )
-    return cfg.device
 
 
 def _quiet_transformers() -> None:

@@ -38,8 +38,8 @@ __all__ = [
     "UpdateSpec",
     "check_fields",
     "resolve_estimator",
-    "uses_allocate_prefixes",
     "setting",
+    "uses_allocate_prefixes",
 ]
 
 ESTIMATORS = ("auto", "grpo", "tree_grpo", "treerpo")
@@ -167,7 +167,9 @@ class BudgetSpec:
         "replay_cost) per step; the flat ones on floor(M (1 + N * replay_cost) / n) prompts.",
         accepts=Range(0, 1, lo_open=True),
     )
-    min_rollouts: int = setting(2, "smallest group of an active prompt for the allocating methods (paper: 2).", accepts=_GROUP)
+    min_rollouts: int = setting(
+        2, "smallest group of an active prompt for the allocating methods (paper: 2).", accepts=_GROUP
+    )
     max_rollouts: int | None = setting(
         16,
         "cap on rollouts per prompt for the allocating methods (None: no cap); >= group_size.",
@@ -199,7 +201,9 @@ class BudgetSpec:
         check_fields(self, "budget")
         if self.max_rollouts is not None and self.max_rollouts < self.min_rollouts:
             raise SpecError(
-                "max_rollouts", f"must be at least min_rollouts ({self.min_rollouts}), got {self.max_rollouts}", "budget"
+                "max_rollouts",
+                f"must be at least min_rollouts ({self.min_rollouts}), got {self.max_rollouts}",
+                "budget",
             )
 
 
@@ -285,7 +289,7 @@ class UpdateSpec:
         4096,
         "padded tokens per forward pass: each minibatch's gradient is accumulated over passes of at most this many "
         "(rows x longest row) tokens, the same gradient with a fraction of the activation memory "
-        "(`trace_rl.train.update.micro_batches`); 0 = the whole minibatch in one pass. Under packing \"tree\" the "
+        '(`trace_rl.train.update.micro_batches`); 0 = the whole minibatch in one pass. Under packing "tree" the '
         "limit counts packed rows x longest packed row.",
         accepts=Range(0, note="0 = one forward pass per minibatch"),
     )
@@ -361,9 +365,13 @@ class SamplingSpec:
         accepts=Range(0, lo_open=True, note="RL samples"),
     )
     top_p: float = setting(
-        1.0, "nucleus sampling threshold in (0, 1] (1 = off; must be 1 with backend.kind=vllm).", accepts=Range(0, 1, lo_open=True)
+        1.0,
+        "nucleus sampling threshold in (0, 1] (1 = off; must be 1 with backend.kind=vllm).",
+        accepts=Range(0, 1, lo_open=True),
     )
-    max_concurrency: int = setting(64, "episodes in flight at once (root rollouts and replays).", accepts=_AT_LEAST_1)
+    max_concurrency: int = setting(
+        64, "episodes in flight at once (root rollouts and replays).", accepts=_AT_LEAST_1
+    )
 
     def __post_init__(self) -> None:
         check_fields(self, "sampling")

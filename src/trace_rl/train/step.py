@@ -13,6 +13,9 @@ repeats stages 2-3 over prompts not drawn yet until its batch holds batch_size m
 Until the predictor has been
 updated once (cold start) its estimates are only a prior, so methods that use it fall back to uniform
 allocation: flat methods to GRPO's random batch, tree methods to TreePO's uniform roots and random anchors.
+
+The record's fields are computed in `trace_rl.train.step_record` (`replay_flips` and `fresh_rollouts_on_mixed`
+stay importable from here); TRACE's settings come with the parts (`StepParts.spec`, `trace_rl.train.spec`).
 """
 
 from __future__ import annotations
@@ -30,21 +33,20 @@ from trace_rl.allocation import SIBLING_WEIGHT, UNITS_PER_ROLLOUT, BudgetShape, 
 from trace_rl.allocation.adaptive import AdaptiveState, adaptive_roots
 from trace_rl.errors import DataError
 from trace_rl.metrics import (
-    effective_ratio,
     is_effective,
-    mixed_sibling_share,
     replay_depth_histogram,
-    signal_per_token,
 )
 from trace_rl.predictor.consensus import examples_consensus
 from trace_rl.predictor.examples import node_examples
 from trace_rl.predictor.policy_state import node_contexts
 from trace_rl.predictor.serialize import serialize_anchor
-from trace_rl.rollout.expansion import PromptResult, ReplayAllocator, roots_mixed
+from trace_rl.rollout.expansion import PromptResult, ReplayAllocator
 from trace_rl.rollout.scheduler import run_plan
 from trace_rl.train.prefixes import anchor_values, effective_method, prefix_budget, replay_allocator
 from trace_rl.train.selection import observe_adaptive, selection_fields
 from trace_rl.train.spec import TraceSpec
+from trace_rl.train.step_record import fresh_rollouts_on_mixed as fresh_rollouts_on_mixed
+from trace_rl.train.step_record import predictor_fields, replay_flips, step_counts
 from trace_rl.tree import RolloutTree
 from trace_rl.types import RootPlan, Task
 
@@ -182,28 +184,7 @@ def training_step(
         generated, results, draws = _dynamic_sampling(pool, used, shape, parts, rng, budget_left)
         plan_active = sum(len(r.roots) > 0 for r in generated)
     else:
-        t0 = time.perf_counter()
-        plan: RootPlan
-        if not used.adaptive:
-            plan = used.roots(v, shape, rng)
-        elif parts.adaptive is None:
-            raise ValueError(f"method {used.name} needs StepParts.adaptive, the run's AdaptiveState")
-        else:
-            plan = adaptive_roots(
-                v,
-                shape,
-                rng,
-                parts.adaptive,
-                coverage=parts.spec.budget.coverage,
-                normalize_std=parts.spec.update.normalize_std,
-            )
-        # local budgets in the allocator's units: replays, or integer cost units (token accounting, fresh anchor)
-        budgets = [
-            prefix_budget(float(x), shape.replay_cost, method=used, accounting=parts.spec.budget.accounting)[0]
-            for x in plan.replay_budget
-        ]
-        plan = dataclasses.replace(plan, replay_budget=np.asarray(budgets, dtype=np.float64))
-        parts.tick("allocation", time.perf_counter() - t0)
+        plan = _root_plan(v, used, shape, parts, rng)
         prompt_rngs = _prompt_rngs(pool, rng)
         results = _run_roots_and_prefixes(plan, pool, used, shape, parts, rng, prompt_rngs)
         generated = results
@@ -241,65 +222,28 @@ def training_step(
     parts.tick("update", time.perf_counter() - t0)
 
     wall = time.perf_counter() - t_start
-    roots = [e for r in generated for e in r.roots]
-    replays = [e for r in generated for _, e in r.replays]
-    depths = [int(ep.start_depth) for ep in replays]
-    hist: list[int] = (
-        np.bincount(np.asarray(depths, dtype=np.int64), minlength=parts.spec.max_turns + 1).tolist()
-        if depths
-        else []
-    )
-    tokens = int(sum(r.sampled_tokens for r in generated))
     record: dict[str, Any] = {
         "step": step,
         "method": method.name,
         "allocation": used.name,
         # the prefix stage's objective this step ("contrast" only where it applies: not at cold start)
         "prefix_objective": (
-            parts.spec.prefix.prefix_objective if prefix_objective_applies(used) and used.has_replays else "paper"
+            parts.spec.prefix.prefix_objective
+            if prefix_objective_applies(used) and used.has_replays
+            else "paper"
         ),
         "state_evidence": float(
             parts.spec.prefix.state_evidence and prefix_objective_applies(used) and used.has_replays
         ),
         "predictor_warm": float(warm),
-        "budget_spent": float(sum(r.spent for r in generated)),
-        "budget_total": shape.total,
-        # prefix budget a prompt could not spend (rollout-equivalents), and the prompts without turn prefixes
-        # whose whole prefix budget bought fresh rollouts (docs/rollout.md, "Prompts without anchors")
-        "budget_unspent": float(sum(r.unspent for r in generated)),
-        "prompts_without_anchors": sum(1 for r in generated if r.anchorless),
-        # over every group generated this step (dapo: the dropped ones too); trained_*: the groups trained on
-        "effective_ratio": effective_ratio([r.tree for r in generated]) if generated else 0.0,
-        "trained_effective_ratio": effective_ratio(trees) if trees else 0.0,
-        "trained_groups": len(trees),
-        "gen_batches": draws,
-        "mixed_sibling_share": mixed_sibling_share(trees) if trees else float("nan"),
-        "signal_path_share": (
-            update_metrics["rows"] / update_metrics["paths"] if update_metrics.get("paths") else 0.0
+        **step_counts(
+            generated, trees, update_metrics, plan_active, len(pool), draws, shape, parts.spec.max_turns
         ),
-        "adv_sq_per_token": signal_per_token(update_metrics.get("adv_sq", 0.0), tokens),
-        "optimizer_steps": int(update_metrics.get("optimizer_steps", 0)),
-        "success_rate": float(np.mean([e.reward for e in roots])) if roots else 0.0,
-        "skip_rate": 1.0 - plan_active / max(len(pool), 1),
-        "active_prompts": plan_active,
-        "root_rollouts": len(roots),
-        "replays": len(replays),
-        "rollouts_generated": len(roots) + len(replays),
-        # root rollouts per active prompt (fresh ones included): 0 when every prompt got the same count
-        "root_count_std": float(np.std([len(r.roots) for r in generated])) if generated else 0.0,
-        "fresh_rollouts": sum(r.fresh for r in generated),
-        "fresh_rollouts_on_mixed": fresh_rollouts_on_mixed(generated),
-        "replay_depths": [int(x) for x in hist],
-        "rollouts_per_active_prompt": (len(roots) + len(replays)) / max(plan_active, 1),
-        "turns_per_rollout": float(np.mean([len(e.turns) for e in roots])) if roots else 0.0,
-        "tokens_generated": tokens,
-        "tool_calls": sum(_tool_calls(t.info) for e in roots + replays for t in e.turns),
         "wall_s": wall,
-        "time_generation_s": parts.timers.get("generation", 0.0),
-        "time_tools_s": parts.timers.get("tools", 0.0),
-        "time_predictor_s": parts.timers.get("predictor", 0.0),
-        "time_allocation_s": parts.timers.get("allocation", 0.0),
-        "time_update_s": parts.timers.get("update", 0.0),
+        **{
+            f"time_{k}_s": parts.timers.get(k, 0.0)
+            for k in ("generation", "tools", "predictor", "allocation", "update")
+        },
     }
     record.update(replay_flips(generated))
     record.update(selection_fields(pool, v, generated))  # predictor ranking and selection drift (issue 58)
@@ -307,14 +251,44 @@ def training_step(
     if parts.adaptive is not None:  # trace_adaptive: what this step measured, for the next steps' allocation
         observe_adaptive(parts.adaptive, pool, v, generated, record, estimates_used=used.adaptive)
     record["predictor_share"] = record["time_predictor_s"] / wall if wall > 0 else 0.0
-    record.update(_predictor_fields(pred_metrics))
+    record.update(predictor_fields(pred_metrics))
     record["predictor_warm"] = float(
         warm
     )  # the state the allocation used (the online trainer reports it after training)
     record.update({f"update_{k}": v for k, v in update_metrics.items()})
-    if depths:
+    if record["replays"]:
         record["replay_depth_histogram"] = replay_depth_histogram([r.tree for r in generated]).tolist()
     return record, results
+
+
+def _root_plan(
+    v: np.ndarray, used: Method, shape: BudgetShape, parts: StepParts, rng: np.random.Generator
+) -> RootPlan:
+    """Stage 2: the method's root allocation of the scored pool, each prompt's replay budget in the prefix
+    allocator's units (replays, or integer cost units under token accounting or a fresh anchor)."""
+    t0 = time.perf_counter()
+    plan: RootPlan
+    if not used.adaptive:
+        plan = used.roots(v, shape, rng)
+    elif parts.adaptive is None:
+        raise ValueError(f"method {used.name} needs StepParts.adaptive, the run's AdaptiveState")
+    else:
+        plan = adaptive_roots(
+            v,
+            shape,
+            rng,
+            parts.adaptive,
+            coverage=parts.spec.budget.coverage,
+            normalize_std=parts.spec.update.normalize_std,
+        )
+    # local budgets in the allocator's units: replays, or integer cost units (token accounting, fresh anchor)
+    budgets = [
+        prefix_budget(float(x), shape.replay_cost, method=used, accounting=parts.spec.budget.accounting)[0]
+        for x in plan.replay_budget
+    ]
+    plan = dataclasses.replace(plan, replay_budget=np.asarray(budgets, dtype=np.float64))
+    parts.tick("allocation", time.perf_counter() - t0)
+    return plan
 
 
 def _run_roots_and_prefixes(
@@ -422,76 +396,3 @@ def gen_batch_cap(spec: TraceSpec, pool_size: int, batch_size: int) -> int:
     """`dapo`'s cap on the batches of ``batch_size`` prompts one step draws: ``budget.max_num_gen_batches``, or
     (0) every full batch of a pool of ``pool_size`` prompts."""
     return spec.budget.max_num_gen_batches or pool_size // batch_size
-
-
-def fresh_rollouts_on_mixed(results: Sequence[PromptResult]) -> int:
-    """Fresh rollouts (``trace_fresh``'s depth-0 anchor) bought for prompts whose root rollouts were already mixed.
-
-    A fresh rollout adds tree-level contrast only to a prompt whose roots all share one reward; the scheduler
-    offers the depth-0 anchor only then, so this count stays 0 (docs/allocation.md). It is computed from the
-    results, independently of the scheduler: the first ``len(roots) - fresh`` roots are the planned ones. Fresh
-    rollouts of a prompt without turn prefixes (``anchorless``: its whole budget buys fresh rollouts, docs/rollout.md)
-    are not counted: they are the only way that prompt's budget is spent.
-    """
-    return sum(
-        r.fresh
-        for r in results
-        if r.fresh and not getattr(r, "anchorless", False) and roots_mixed(r.roots[: len(r.roots) - r.fresh])
-    )
-
-
-def replay_flips(results: Sequence[PromptResult]) -> dict[str, float]:
-    """How often replays flip the ending, next to how often fresh rollouts of the same prompts would.
-
-    ``replay_flip_rate``: share of replays whose terminal reward differs from that of the rollout their anchor lies
-    on (NaN: no replays); ``replay_flip_rate_depth_<d>`` per anchor depth d. ``fresh_flip_rate`` (and
-    ``fresh_flip_rate_depth_<d>``): for the same replays, the share of the prompt's other root rollouts whose
-    reward differs from that rollout's, i.e. the flip rate a fresh rollout of the same prompt would have had in
-    its place (DEMO_HEADROOM section 5 measures both the same way). Their ratio says what a replay from depth d is
-    worth against a fresh rollout for making a group mixed.
-
-    Counts, so that a run's flips per replay and per generated token by depth sum over steps exactly (rates of
-    steps do not): ``replay_flips_depth_<d>`` (replays from depth d that flipped) and ``replay_tokens_depth_<d>``
-    (model tokens those replays sampled; tool output not counted). Depths with no replay are absent.
-    """
-    flips: dict[int, list[float]] = {}
-    fresh: dict[int, list[float]] = {}
-    tokens: dict[int, int] = {}
-    for r in results:
-        leaf = r.tree.chain_leaf()
-        reward = r.tree.reward
-        roots = np.array([float(e.reward) for e in r.roots])
-        for node, ep in r.replays:
-            original = float(reward[int(leaf[int(node)])])
-            d = int(ep.start_depth)
-            flips.setdefault(d, []).append(float(abs(float(ep.reward) - original) > 1e-6))
-            tokens[d] = tokens.get(d, 0) + int(ep.sampled_tokens)
-            if len(roots) > 1:  # the original is one of the roots with this reward: leave it out
-                fresh.setdefault(d, []).append(
-                    float(np.sum(np.abs(roots - original) > 1e-6)) / (len(roots) - 1)
-                )
-    out: dict[str, float] = {}
-    for name, table in (("replay_flip_rate", flips), ("fresh_flip_rate", fresh)):
-        every = [f for fs in table.values() for f in fs]
-        out[name] = float(np.mean(every)) if every else float("nan")
-        out.update({f"{name}_depth_{d}": float(np.mean(fs)) for d, fs in sorted(table.items())})
-    out.update({f"replay_flips_depth_{d}": int(sum(fs)) for d, fs in sorted(flips.items())})
-    out.update({f"replay_tokens_depth_{d}": n for d, n in sorted(tokens.items())})
-    return out
-
-
-def _tool_calls(info: dict[str, Any]) -> int:
-    """Tool calls a turn made (envs list one tool result per call in info["tool_results"])."""
-    results = info.get("tool_results")
-    return len(results) if isinstance(results, list) else 0
-
-
-def _predictor_fields(metrics: dict[str, Any]) -> dict[str, Any]:
-    """The online trainer's report ("predictor/mse", "predictor/mse_depth_1", ...) as flat log fields
-    ("predictor_mse", "predictor_mse_depth_1", ...); NaN placeholders when nothing was scored."""
-    out: dict[str, Any] = {"predictor_mse": float("nan"), "predictor_spearman": float("nan")}
-    for key, value in metrics.items():
-        if isinstance(value, bool | int | float):
-            name = key.replace("/", "_") if key.startswith("predictor") else f"predictor_{key}"
-            out[name] = float(value)
-    return out

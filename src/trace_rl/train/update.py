@@ -269,8 +269,7 @@ def policy_update(
 ) -> dict[str, float]:
     """Clipped-surrogate update of ``model`` on the trees' paths (PPO/GRPO loss, trace_rl.advantages.losses).
 
-    ``settings`` is resolved (`trace_rl.train.spec.TraceSpec.resolved_update`: a concrete estimator, Dr. GRPO's L
-    set); ``temperature`` is the sampling temperature, at which the log-probabilities are recomputed.
+    ``settings``: `TraceSpec.resolved_update`'s; ``temperature``: the sampling's, the log-probabilities' too.
 
     ``epochs`` x ``minibatches`` optimizer steps (`minibatch_split`), whatever the number of paths; each
     minibatch's loss is normalised over all its paths under ``zero_advantage_rows="count"`` (verl's `agg_loss`)
@@ -298,10 +297,7 @@ def policy_update(
     import torch
 
     if settings.loss_agg == "seq-mean-token-sum-norm" and settings.loss_scale_tokens <= 0:
-        raise ValueError(
-            "loss_scale_tokens (Dr. GRPO's constant L) must be > 0 with loss_agg='seq-mean-token-sum-norm' "
-            "(TraceSpec.resolved_update sets it)"
-        )
+        raise ValueError("loss_scale_tokens (Dr. GRPO's L) must be > 0: TraceSpec.resolved_update sets it")
     paths = path_rows(trees, settings)
     signal = [has_signal(r) for r in paths]
     kl_active = settings.kl_coef > 0 and ref_model is not None
@@ -340,7 +336,15 @@ def policy_update(
                     try:  # the backward too: inductor compiles it on its first call
                         with strict() if settings.compile else contextlib.nullcontext():
                             loss, info = _micro_loss(
-                                net, micro, span, settings, pad_id, ref_model, packed_rows, chains, temperature
+                                net,
+                                micro,
+                                span,
+                                settings,
+                                pad_id,
+                                ref_model,
+                                packed_rows,
+                                chains,
+                                temperature,
                             )
                             (loss * scale).backward()  # gradients accumulate to the whole minibatch's loss's
                     except Exception as err:
