@@ -9,11 +9,11 @@ import re
 from typing import Any
 
 from trace_rl.train.config_parse import ConfigError
-from trace_rl.train.config_ranges import RANGES, Range, numeric_keys
+from trace_rl.train.config_ranges import RANGES, numeric_keys
 from trace_rl.train.config_sections import TrainConfig, spec_key
-from trace_rl.train.spec import SpecError, resolve_estimator
+from trace_rl.train.spec import Range, SpecError, resolve_estimator
 
-# RANGES, Range and numeric_keys are re-exported from their owner, config_ranges: docs name them here
+# RANGES and numeric_keys are re-exported from their owner, config_ranges, and Range from spec: docs name them here
 __all__ = ["RANGES", "Range", "budget_shape", "check_ranges", "estimator_for", "numeric_keys", "validate"]
 
 

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from trace_rl.train.config import PRESET_DIR, preset_names
-from trace_rl.train.config_ranges import RANGES, Range, numeric_keys
+from trace_rl.train.config_ranges import RANGES, numeric_keys
 from trace_rl.train.config_sections import TrainConfig
+from trace_rl.train.spec import Range
 
 
 class ConfigDocError(ValueError):

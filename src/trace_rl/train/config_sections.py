@@ -332,13 +332,8 @@ class TrainConfig:
     @property
     def spec(self) -> TraceSpec:
         """The run's `TraceSpec` (built, hence checked, at each access: `validate` reports its errors by key)."""
-        return TraceSpec(
-            method=self.method,
-            budget=_part(BudgetSpec, self.budget),
-            prefix=_part(PrefixSpec, self.budget),
-            update=_part(UpdateSpec, self.optim),
-            sampling=_part(SamplingSpec, self.sampling),
-            max_turns=self.env.max_turns,
+        return TraceSpec.of(
+            self.budget, self.optim, self.sampling, method=self.method, max_turns=self.env.max_turns
         )
 
 
@@ -353,8 +348,3 @@ def spec_key(part: str, key: str) -> str:
         return "env.max_turns"
     section = SPEC_SECTIONS[part]
     return f"{section}.{key}" if section else key
-
-
-def _part(cls: type, section: Any) -> Any:
-    """The spec part ``cls`` made of the fields ``section`` (a subclass of it, or of it and another part) shares."""
-    return cls(**{f.name: getattr(section, f.name) for f in dataclasses.fields(cls)})

@@ -440,6 +440,24 @@ class TraceSpec:
             except ValueError as exc:
                 raise SpecError("replay_cost", str(exc), "budget") from None
 
+    @classmethod
+    def of(cls, *sources: Any, method: str, max_turns: int) -> TraceSpec:
+        """The spec of flat settings: each part's fields from the attributes of ``sources`` of the same name (the
+        native config's sections, an adapter's settings); a field none of them has keeps its default."""
+
+        def part(kind: Any) -> Any:
+            names = [f.name for f in dataclasses.fields(kind)]
+            return kind(**{n: getattr(src, n) for src in sources for n in names if hasattr(src, n)})
+
+        return cls(
+            method=method,
+            budget=part(BudgetSpec),
+            prefix=part(PrefixSpec),
+            update=part(UpdateSpec),
+            sampling=part(SamplingSpec),
+            max_turns=max_turns,
+        )
+
     def shape(self) -> Any:
         """The `trace_rl.allocation.BudgetShape` of ``budget`` (ValueError where M, n and the caps do not fit)."""
         from trace_rl.allocation import BudgetShape

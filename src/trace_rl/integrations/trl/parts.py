@@ -91,23 +91,7 @@ class TraceSettings:
     @property
     def spec(self) -> TraceSpec:
         """These settings as the `TraceSpec` the native step reads (the budget's M and n come with each step)."""
-        return TraceSpec(
-            method=self.method,
-            budget=BudgetSpec(
-                continuations=self.continuations,
-                replay_cost=self.replay_cost,
-                min_rollouts=self.min_rollouts,
-                max_rollouts=self.max_rollouts,
-            ),
-            update=UpdateSpec(estimator=self.estimator),
-            sampling=SamplingSpec(
-                max_new_tokens=self.max_new_tokens,
-                temperature=self.temperature,
-                top_p=self.top_p,
-                max_concurrency=self.max_concurrency,
-            ),
-            max_turns=self.max_turns,
-        )
+        return TraceSpec.of(self, method=self.method, max_turns=self.max_turns)
 
     def estimator_for(self, task: Task, *, node_level: bool = True) -> str:
         """The estimator a tree of ``task`` trains with ("auto" resolved for its environment and the method;

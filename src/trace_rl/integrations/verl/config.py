@@ -92,18 +92,7 @@ class TraceVerlConfig:
     def spec(self) -> TraceSpec:
         """These settings as a `TraceSpec` (verl's estimator is its own ``algorithm.adv_estimator``; its M, n and
         sampling but ``max_new_tokens`` come from verl's config)."""
-        return TraceSpec(
-            method=self.method,
-            budget=BudgetSpec(
-                continuations=self.continuations,
-                replay_cost=self.replay_cost,
-                min_rollouts=self.min_rollouts,
-                max_rollouts=self.max_rollouts,
-                accounting=self.accounting,
-            ),
-            sampling=SamplingSpec(max_new_tokens=self.max_new_tokens),
-            max_turns=self.max_turns,
-        )
+        return TraceSpec.of(self, method=self.method, max_turns=self.max_turns)
 
     @classmethod
     def from_verl(cls, config: Any) -> TraceVerlConfig:
