@@ -147,7 +147,7 @@ def compare_compile(model: Any, start: dict[str, Any], trees: list[Any], args: a
     """``--compare compile``: the packed update eager and through torch.compile, alternating, same start weights."""
     import torch
 
-    from trace_rl.train.spec import UpdateSpec
+    from trace_rl.spec import UpdateSpec
     from trace_rl.train.update import policy_update
 
     ways = {
@@ -194,7 +194,7 @@ def alternate(
     import torch
 
     import trace_rl.train.update as update
-    from trace_rl.train.spec import UpdateSpec
+    from trace_rl.spec import UpdateSpec
     from trace_rl.train.update import policy_update
 
     settings = UpdateSpec(estimator="treerpo", minibatches=2, micro_tokens=4096, packing="tree")
@@ -312,7 +312,7 @@ def main() -> None:
     import torch
 
     from trace_rl.policy import load_policy
-    from trace_rl.train.spec import UpdateSpec
+    from trace_rl.spec import UpdateSpec
     from trace_rl.train.update import policy_update
 
     if args.generate:

@@ -24,7 +24,7 @@ def one(micro_tokens: int, repeats: int, threads: int, prompts: int, paths: int)
     import torch
 
     from trace_rl.policy import load_policy
-    from trace_rl.train.spec import UpdateSpec
+    from trace_rl.spec import UpdateSpec
     from trace_rl.train.update import policy_update
     from trace_rl.tree import RolloutTree
     from trace_rl.types import Turn

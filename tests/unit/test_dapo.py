@@ -12,7 +12,7 @@ from tests.scripted import FixedCodec, OneTokenBackend
 from trace_rl.allocation import BudgetShape, get_method
 from trace_rl.rollout.backends import SamplingParams
 from trace_rl.rollout.toy_env import StepResult
-from trace_rl.train.spec import BudgetSpec, SamplingSpec, TraceSpec
+from trace_rl.spec import BudgetSpec, SamplingSpec, TraceSpec
 from trace_rl.train.step import StepParts, training_step
 from trace_rl.types import Task
 

@@ -189,7 +189,7 @@ class FlatPredictor:
 
 
 def step_record(method: str, turns: int, replay_cost: float = 0.5) -> dict[str, Any]:
-    from trace_rl.train.spec import TraceSpec
+    from trace_rl.spec import TraceSpec
     from trace_rl.train.step import StepParts, training_step
 
     parts = StepParts(

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trace_rl.train.spec import TraceSpec, UpdateSpec  # noqa: E402
+from trace_rl.spec import TraceSpec, UpdateSpec  # noqa: E402
 from trace_rl.train.update import policy_update  # noqa: E402
 from trace_rl.tree import RolloutTree  # noqa: E402
 from trace_rl.types import Turn  # noqa: E402

@@ -38,7 +38,7 @@ def test_rewards_equal_within_tolerance_are_not_mixed_and_get_no_advantage(rewar
     for estimate in ESTIMATORS:
         adv = estimate(tree)
         assert np.all(adv[np.isfinite(adv)] == 0.0), estimate.__name__
-    from trace_rl.train.spec import UpdateSpec
+    from trace_rl.spec import UpdateSpec
     from trace_rl.train.update import training_rows
 
     for estimator in ("grpo", "tree_grpo", "treerpo"):
@@ -52,7 +52,7 @@ def test_rewards_apart_beyond_tolerance_are_mixed_and_trained_on(rewards: list[f
     for estimate in ESTIMATORS:
         adv = estimate(tree)
         assert np.any(np.abs(adv[np.isfinite(adv)]) > REWARD_ATOL), estimate.__name__
-    from trace_rl.train.spec import UpdateSpec
+    from trace_rl.spec import UpdateSpec
     from trace_rl.train.update import training_rows
 
     assert training_rows([tree], UpdateSpec(estimator="grpo"))
@@ -64,7 +64,7 @@ def test_group_normalize_tolerance_boundary() -> None:
 
 
 def test_rows_with_all_tiny_advantages_are_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
-    import trace_rl.train.spec as spec
+    import trace_rl.spec as spec
     import trace_rl.train.update as update
 
     tree = _tree([1.0, 0.0, 1.0])

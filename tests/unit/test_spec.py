@@ -9,9 +9,9 @@ import pytest
 
 from trace_rl.integrations.trl.parts import TraceSettings
 from trace_rl.integrations.verl.config import TraceVerlConfig
+from trace_rl.spec import BudgetSpec, SpecError, TraceSpec, UpdateSpec, resolve_estimator
 from trace_rl.train.config import ConfigError, TrainConfig, load_config
 from trace_rl.train.config_sections import BackendSection, PredictorSection
-from trace_rl.train.spec import BudgetSpec, SpecError, TraceSpec, UpdateSpec, resolve_estimator
 
 
 def test_the_native_trainer_and_both_adapters_share_every_default() -> None:

@@ -20,6 +20,7 @@ torch = pytest.importorskip("torch")
 
 from tests.unit.model_fakes import IgnoresMasks, KeepsItsAttention  # noqa: E402
 from trace_rl.advantages.losses import LOSS_AGGS  # noqa: E402
+from trace_rl.spec import UpdateSpec  # noqa: E402
 from trace_rl.train.packing import (  # noqa: E402
     CHAIN_ROW_TOKENS,
     ROW_TOKENS,
@@ -28,7 +29,6 @@ from trace_rl.train.packing import (  # noqa: E402
     plan_packed_passes,
     tree_mask_support,
 )
-from trace_rl.train.spec import UpdateSpec  # noqa: E402
 from trace_rl.train.update import (  # noqa: E402
     forward_passes,
     has_signal,

@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from trace_rl.spec import Range, SpecError, resolve_estimator
 from trace_rl.train.config_parse import ConfigError
 from trace_rl.train.config_ranges import RANGES, numeric_keys
 from trace_rl.train.config_sections import TrainConfig, spec_key
-from trace_rl.train.spec import Range, SpecError, resolve_estimator
 
 # RANGES and numeric_keys are re-exported from their owner, config_ranges, and Range from spec: docs name them here
 __all__ = ["RANGES", "Range", "budget_shape", "check_ranges", "estimator_for", "numeric_keys", "validate"]
@@ -35,7 +35,7 @@ def check_ranges(cfg: Any) -> None:
 
 
 def validate(cfg: TrainConfig) -> None:
-    """Check value ranges (`RANGES`), TRACE's settings (`TrainConfig.spec`, `trace_rl.train.spec.TraceSpec`: one
+    """Check value ranges (`RANGES`), TRACE's settings (`TrainConfig.spec`, `trace_rl.spec.TraceSpec`: one
     check for the native trainer and both adapters) and the native trainer's combinations; raise ConfigError
     naming the first bad key. The options of one predictor or backend variant are checked when their section is
     built (`config_sections._only_variant`)."""
@@ -140,6 +140,6 @@ def budget_shape(cfg: TrainConfig) -> Any:
 
 
 def estimator_for(cfg: TrainConfig) -> str:
-    """Resolve optim.estimator="auto" for the run's method and environment (`trace_rl.train.spec.resolve_estimator`:
+    """Resolve optim.estimator="auto" for the run's method and environment (`trace_rl.spec.resolve_estimator`:
     grpo for flat methods, tree_grpo for bfcl and for trace_adaptive, treerpo otherwise, as in the paper)."""
     return resolve_estimator(cfg.optim.estimator, cfg.method, cfg.env.name)

@@ -1,7 +1,7 @@
 """The config reference (docs/config.md), generated from the config dataclasses so it cannot drift from them.
 
 Every key's type and default come from the dataclass fields of `trace_rl.train.config_sections`; its meaning
-from its field's metadata (TRACE's settings, `trace_rl.train.spec.setting`) or the ``Attributes:`` block of its
+from its field's metadata (TRACE's settings, `trace_rl.spec.setting`) or the ``Attributes:`` block of its
 section's docstring (one ``name: text`` entry per field, continuation lines
 indented further). A field without an entry, or an entry naming no field, raises `ConfigDocError`: a key cannot be added
 without saying what it means. Regenerate the page with::
@@ -20,10 +20,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from trace_rl.spec import Range
 from trace_rl.train.config import PRESET_DIR, preset_names
 from trace_rl.train.config_ranges import RANGES, numeric_keys
 from trace_rl.train.config_sections import TrainConfig
-from trace_rl.train.spec import Range
 
 
 class ConfigDocError(ValueError):

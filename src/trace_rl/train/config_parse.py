@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from trace_rl.errors import UserError
+from trace_rl.spec import SpecError
 from trace_rl.train.config_ranges import RANGES
-from trace_rl.train.spec import SpecError
 
 
 class ConfigError(UserError):

@@ -1,6 +1,6 @@
 """The accepted values of every numeric config key: the one table `RANGES` (docs/config.md's *accepted* column),
 and `numeric_keys`, the keys the table must cover. The keys of TRACE's settings (``budget.*``, ``optim.*``,
-``sampling.*``) take their `Range` from their field's metadata (`trace_rl.train.spec.setting`, where `Range` is
+``sampling.*``) take their `Range` from their field's metadata (`trace_rl.spec.setting`, where `Range` is
 defined; re-exported here); the others are listed here. Plain data: it imports only the config's dataclasses, so the
 parser (error messages) and the checks (`trace_rl.train.config_check`) both read it."""
 
@@ -9,15 +9,15 @@ from __future__ import annotations
 import dataclasses
 import typing
 
+from trace_rl.spec import Range
 from trace_rl.train.config_sections import TrainConfig
-from trace_rl.train.spec import Range
 
 __all__ = ["RANGES", "Range", "numeric_keys"]
 
 
 def _metadata_ranges() -> dict[str, Range]:
     """``section.key`` -> `Range` of every section field that declares its range in its metadata (the fields of
-    `trace_rl.train.spec`'s parts)."""
+    `trace_rl.spec`'s parts)."""
     hints = typing.get_type_hints(TrainConfig)
     return {
         f"{section}.{f.name}": f.metadata["range"]

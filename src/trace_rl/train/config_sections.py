@@ -1,7 +1,7 @@
 """The config's sections: frozen dataclasses, the one source of every key's type, default and meaning.
 
 `TrainConfig` holds one instance of each section. TRACE's own settings (``budget.*``, ``optim.*`` but the
-optimizer's, ``sampling.*``) are declared once, in `trace_rl.train.spec`: those sections subclass its parts, and
+optimizer's, ``sampling.*``) are declared once, in `trace_rl.spec`: those sections subclass its parts, and
 `TrainConfig.spec` is the `TraceSpec` they make. Building, validating and loading a config live elsewhere
 (`trace_rl.train.config`, `config_parse`, `config_check`); this module imports nothing from trace_rl but the spec,
 so every one of them can import it.
@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from trace_rl.train.spec import (
+from trace_rl.spec import (
     BudgetSpec,
     PrefixSpec,
     Range,
@@ -173,14 +173,14 @@ class PolicySection:
 
 @dataclass(frozen=True)
 class SamplingSection(SamplingSpec):
-    """Rollout sampling (`trace_rl.train.spec.SamplingSpec`: its fields, their meanings in their metadata)."""
+    """Rollout sampling (`trace_rl.spec.SamplingSpec`: its fields, their meanings in their metadata)."""
 
 
 @dataclass(frozen=True)
 class BudgetSection(PrefixSpec, BudgetSpec):
-    """Budget shape (DESIGN.md section 2) and the prefix stage's options (`trace_rl.train.spec`).
+    """Budget shape (DESIGN.md section 2) and the prefix stage's options (`trace_rl.spec`).
 
-    The fields of `trace_rl.train.spec.BudgetSpec` and `trace_rl.train.spec.PrefixSpec`, their meanings in their
+    The fields of `trace_rl.spec.BudgetSpec` and `trace_rl.spec.PrefixSpec`, their meanings in their
     metadata.
     """
 
@@ -191,7 +191,7 @@ class BudgetSection(PrefixSpec, BudgetSpec):
 
 @dataclass(frozen=True)
 class OptimSection(UpdateSpec):
-    """Policy update (`trace_rl.train.spec.UpdateSpec`, meanings in its fields' metadata) and the optimizer.
+    """Policy update (`trace_rl.spec.UpdateSpec`, meanings in its fields' metadata) and the optimizer.
 
     Attributes:
         lr: AdamW learning rate of the policy (betas 0.9, 0.95).
@@ -339,7 +339,7 @@ class TrainConfig:
 
 SPEC_SECTIONS = {"budget": "budget", "prefix": "budget", "update": "optim", "sampling": "sampling", "": ""}
 """The config section holding each `TraceSpec` part's keys (``""``: the spec's own, ``method`` at the top and
-``max_turns`` in ``env``): `trace_rl.train.spec.SpecError` -> the key as a config names it (`spec_key`)."""
+``max_turns`` in ``env``): `trace_rl.spec.SpecError` -> the key as a config names it (`spec_key`)."""
 
 
 def spec_key(part: str, key: str) -> str:

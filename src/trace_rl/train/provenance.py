@@ -205,8 +205,11 @@ def resolved_block(trainer: Any) -> dict[str, Any]:
     from trace_rl.train.step import gen_batch_cap
 
     cfg = trainer.cfg
-    update = dataclasses.asdict(trainer.settings)  # the keys of the update settings before issue 60
-    update["temperature"] = cfg.sampling.temperature
+    items = list(
+        dataclasses.asdict(trainer.settings).items()
+    )  # the resolved `UpdateSpec`, and as before issue 60
+    at = [k for k, _ in items].index("max_grad_norm") + 1  # the sampling temperature after max_grad_norm
+    update = dict([*items[:at], ("temperature", cfg.sampling.temperature), *items[at:]])
     return {
         "update": update,
         "device": trainer.device,

@@ -15,7 +15,7 @@ updated once (cold start) its estimates are only a prior, so methods that use it
 allocation: flat methods to GRPO's random batch, tree methods to TreePO's uniform roots and random anchors.
 
 The record's fields are computed in `trace_rl.train.step_record` (`replay_flips` and `fresh_rollouts_on_mixed`
-stay importable from here); TRACE's settings come with the parts (`StepParts.spec`, `trace_rl.train.spec`).
+stay importable from here); TRACE's settings come with the parts (`StepParts.spec`, `trace_rl.spec`).
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from trace_rl.predictor.policy_state import node_contexts
 from trace_rl.predictor.serialize import serialize_anchor
 from trace_rl.rollout.expansion import PromptResult, ReplayAllocator
 from trace_rl.rollout.scheduler import run_plan
+from trace_rl.spec import TraceSpec
 from trace_rl.train.prefixes import anchor_values, effective_method, prefix_budget, replay_allocator
 from trace_rl.train.selection import observe_adaptive, selection_fields
-from trace_rl.train.spec import TraceSpec
 from trace_rl.train.step_record import fresh_rollouts_on_mixed as fresh_rollouts_on_mixed
 from trace_rl.train.step_record import predictor_fields, replay_flips, step_counts
 from trace_rl.tree import RolloutTree
@@ -77,7 +77,7 @@ class StepParts:
         predictor: a `SuccessPredictor` (predict / update / is_warm).
         online: the predictor's `OnlineTrainer` (observe_step after each step).
         update_policy: callable(trees) -> dict of update metrics (runs the optimizer).
-        spec: the run's `trace_rl.train.spec.TraceSpec`: episode and scheduler limits (``max_turns``,
+        spec: the run's `trace_rl.spec.TraceSpec`: episode and scheduler limits (``max_turns``,
             ``sampling.max_concurrency``), the accounting, `dapo`'s draw cap (``budget.max_num_gen_batches``; 0:
             the pool's batches), the prefix stage's options (``prefix``: its objective applies to the methods whose
             prefix strategy is `trace_prefixes`, docs/allocation.md) and `trace_adaptive`'s coverage and root value

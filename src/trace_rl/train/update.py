@@ -36,6 +36,7 @@ import numpy as np
 from trace_rl.advantages import grpo_advantages, token_advantages, tree_grpo_advantages, treerpo_advantages
 from trace_rl.advantages.tokens import PathTokens
 from trace_rl.policy.compiled import compile_failure, compiled, strict
+from trace_rl.spec import UpdateSpec
 from trace_rl.train.logprobs import sequence_logprobs
 from trace_rl.train.packing import (
     CHAIN_ROW_TOKENS,
@@ -45,7 +46,6 @@ from trace_rl.train.packing import (
     segment_support,
     tree_mask_support,
 )
-from trace_rl.train.spec import UpdateSpec
 from trace_rl.tree import REWARD_ATOL, RolloutTree
 
 ESTIMATORS: dict[str, Callable[..., np.ndarray]] = {

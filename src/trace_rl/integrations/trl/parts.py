@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from trace_rl.advantages import advantage_level
-from trace_rl.train.spec import BudgetSpec, SamplingSpec, TraceSpec, UpdateSpec, resolve_estimator
+from trace_rl.spec import BudgetSpec, SamplingSpec, TraceSpec, UpdateSpec, resolve_estimator
 from trace_rl.tree import RolloutTree
 from trace_rl.types import Task
 
@@ -32,12 +32,12 @@ ESTIMATOR_NAMES = ("grpo", "tree_grpo", "treerpo")
 
 @dataclass(frozen=True)
 class TraceSettings:
-    """TRACE's knobs for the TRL adapters: the TRL-facing keys of `trace_rl.train.spec.TraceSpec` (their defaults
+    """TRACE's knobs for the TRL adapters: the TRL-facing keys of `trace_rl.spec.TraceSpec` (their defaults
     and meanings there, the same as `trace-rl train`'s; glossary: docs/glossary.md) and the adapter's own.
 
     Attributes:
         method: a `trace_rl.allocation.METHODS` name ("trace", or a baseline: "treepo", "trace_root_only", ...).
-        estimator: "auto" (default: `trace_rl.train.spec.resolve_estimator`, tree_grpo for the tree methods inside
+        estimator: "auto" (default: `trace_rl.spec.resolve_estimator`, tree_grpo for the tree methods inside
             GRPOTrainer, treerpo for math and QA tasks in TraceRolloutWorker), "grpo" (leaf-level), "tree_grpo" or
             "treerpo" (node-level; one row per turn).
         continuations: N, replays per root rollout (a prompt with m_i roots gets a local budget of N m_i).
@@ -51,7 +51,7 @@ class TraceSettings:
         max_concurrency: episodes in flight at once. seed: seeds of sampling and allocation.
 
     Raises:
-        ValueError: an unknown method or estimator, or a value out of range (`trace_rl.train.spec.SpecError`).
+        ValueError: an unknown method or estimator, or a value out of range (`trace_rl.spec.SpecError`).
     """
 
     method: str = TraceSpec.method

@@ -1,5 +1,5 @@
 """The ``trace`` section of a verl config: TRACE's knobs (docs/integrations.md), their defaults and checks those of
-`trace_rl.train.spec.TraceSpec`, the native trainer's and the TRL adapter's."""
+`trace_rl.spec.TraceSpec`, the native trainer's and the TRL adapter's."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from trace_rl.train.spec import BudgetSpec, SamplingSpec, SpecError, TraceSpec
+from trace_rl.spec import BudgetSpec, SamplingSpec, SpecError, TraceSpec
 
 VERL_METHODS = ("trace", "trace_root_only", "trace_fresh")  # the methods whose roots are allocate_roots
 
@@ -34,7 +34,7 @@ class TraceVerlConfig:
             "trace_root_only", "trace_fresh"); verl's roots always come from `allocate_roots`.
         accounting: "paper" (a replay costs replay_cost) or "token" (priced by its expected remaining tokens).
         replay_cost: rollout-equivalents per replay (paper: 0.5; used by token accounting and trace_fresh).
-        The keys shared with `trace_rl.train.spec.TraceSpec` (continuations, min/max_rollouts, max_turns,
+        The keys shared with `trace_rl.spec.TraceSpec` (continuations, min/max_rollouts, max_turns,
         max_new_tokens, method, accounting, replay_cost) take its defaults and are checked by it.
         record_dir: a folder where the trainer writes each step's plan, trees, advantages and predictor update
             (`trace_rl.integrations.verl.record`; `trace-rl verl-check` reads it); "" (default): nothing written.

@@ -4,17 +4,19 @@ sampling), the one definition that the native config, the TRL adapter and the ve
 Every field carries its default, its accepted range (`Range`) and its meaning in its metadata (`setting`), and is
 checked once, when a part is built (`BudgetSpec`, `PrefixSpec`, `UpdateSpec`, `SamplingSpec`: ranges and choices)
 or the whole spec is built (`TraceSpec`: the rules between parts and the method). The native config's sections
-subclass the parts (`trace_rl.train.config_sections`: ``budget.*``, ``optim.*``, ``sampling.*`` are these fields),
-`trace_rl.integrations.trl.TraceSettings` and `trace_rl.integrations.verl.config.TraceVerlConfig` take their defaults
-from these fields (a dataclass field's default is its class attribute: ``BudgetSpec.max_rollouts``) and build a `TraceSpec` from their own keys, so one default holds everywhere
-(tests/unit/test_spec.py compares them). A violated rule raises `SpecError`, naming the field; each adapter reports it
-under its own key (``optim.minibatches``, ``minibatches``, ``trace.minibatches``).
+subclass the parts (`trace_rl.train.config_sections`: ``budget.*``, ``optim.*``, ``sampling.*`` are these fields);
+`trace_rl.integrations.trl.TraceSettings` and `trace_rl.integrations.verl.config.TraceVerlConfig` take their
+defaults from these fields (a dataclass field's default is its class attribute: ``BudgetSpec.max_rollouts``) and
+build a `TraceSpec` from their own keys (`TraceSpec.of`), so one default holds everywhere (tests/unit/test_spec.py
+compares them). A violated rule raises `SpecError` naming the field; each adapter reports it under its own key
+(``optim.minibatches``, ``minibatches``, ``trace.max_rollouts``).
 
 Defaults where the three differed before (issue 60): ``max_rollouts`` 16 (the native trainer's; the TRL and verl
 adapters had 8), ``max_new_tokens`` 128 (TRL's; native 64, verl 256), ``estimator`` "auto" (native; TRL had
 tree_grpo, verl's estimator is its own ``algorithm.adv_estimator``), resolved by `resolve_estimator`.
 
-This module imports nothing from trace_rl at import time, so every config module can import it.
+Plain data (an import-linter contract): it imports `trace_rl.errors`, and `trace_rl.allocation` inside the checks
+that need the method table, so the native config, the trainer and both adapters (the verl config is pure) import it.
 """
 
 from __future__ import annotations
