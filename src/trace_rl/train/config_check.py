@@ -112,20 +112,10 @@ def validate(cfg: TrainConfig) -> None:
         "compiles the warm start's SFT steps: with policy.sft_steps 0 there are none, so it cannot take effect",
     )
     need(
-        cfg.backend.kind in ("local", "vllm", "sglang"),
-        "backend.kind",
-        f"must be local, vllm or sglang, got {cfg.backend.kind!r}",
-    )
-    need(
         cfg.backend.kind != "sglang" or any(u.strip() for u in cfg.backend.urls.split(",")),
         "backend.urls",
         "must list the running SGLang servers with backend.kind=sglang (e.g. http://host:30000,http://host:30001):"
         " trace-rl launches only vLLM servers",
-    )
-    need(
-        cfg.backend.dtype in ("float32", "bfloat16"),
-        "backend.dtype",
-        f"must be float32 or bfloat16, got {cfg.backend.dtype!r}",
     )
     need(
         cfg.backend.kind != "vllm" or cfg.sampling.top_p == 1,

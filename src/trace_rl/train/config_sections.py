@@ -58,9 +58,11 @@ _IN_FLIGHT = {
 }
 
 
-def _of(variant: dict[str, Any], default: Any, accepts: Range | None = None) -> Any:
-    """A field of one section ``variant`` (`_only_variant`), with its accepted range (`check_fields`)."""
-    return field(default=default, metadata={**variant, "range": accepts})
+def _of(
+    variant: dict[str, Any], default: Any, accepts: Range | None = None, choices: tuple[str, ...] = ()
+) -> Any:
+    """A field of one section ``variant`` (`_only_variant`), with its accepted range or choices (`check_fields`)."""
+    return field(default=default, metadata={**variant, "range": accepts, "choices": choices})
 
 
 def _only_variant(section: Any, variant: str) -> None:
@@ -270,11 +272,11 @@ class BackendSection:
             replays run (least recently used first) and lowers backend_replay_cache_hit_rate.
     """
 
-    kind: str = "local"
+    kind: str = field(default="local", metadata={"choices": ("local", "vllm", "sglang")})
     urls: str = _of(_SERVERS, "")
     replicas: int = _of(_LAUNCHED, 1, Range(1, 1024, note="servers launched on this machine"))
     max_in_flight: int = _of(_SERVERS | _IN_FLIGHT, 64, Range(1))
-    dtype: str = _of(_LAUNCHED, "float32")
+    dtype: str = _of(_LAUNCHED, "float32", choices=("float32", "bfloat16"))
     threads: int = _of(_LAUNCHED, 1, Range(1, 1024, note="more threads than cores only oversubscribes them"))
     nice: int = _of(_LAUNCHED, 0, Range(0, 19, note="niceness only lowers priority"))
     kv_cache_gib: int = _of(_LAUNCHED, 1, Range(1, 4096, note="whole GiB per launched server"))
