@@ -319,7 +319,7 @@ def trace_rollout_func(
             `GRPOTrainer` too, so that generation always uses the weights being trained.
         env_factory: makes a fresh trace-rl environment (e.g. ``lambda: make_env("math_python")``).
         settings: TRACE's knobs (`TraceSettings`; method one of "trace", "treepo", "trace_root_only",
-            "trace_prefix_only"; estimator "tree_grpo" or "grpo").
+            "trace_prefix_only"; estimator "auto", resolved to tree_grpo here, "tree_grpo" or "grpo").
         root_budget: root rollouts per call over the P prompts of the slice (rounded down to a multiple of
             cap = floor(G / (1 + N))); None: P x cap (no prompt skipped for lack of budget).
         backend: a trace-rl generation backend; default `LocalEngine(policy)`.
