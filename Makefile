@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS ?= ml,policy,dev,envs
 # Packages checked with mypy --strict (pure, dependency-light code).
-MYPY_STRICT := src/trace_rl/types.py src/trace_rl/allocation src/trace_rl/tree src/trace_rl/advantages \
+MYPY_STRICT := src/trace_rl/types.py src/trace_rl/spec.py src/trace_rl/allocation src/trace_rl/tree src/trace_rl/advantages \
                src/trace_rl/metrics/__init__.py src/trace_rl/metrics/trees.py src/trace_rl/metrics/curves.py src/trace_rl/metrics/intervals.py \
                src/trace_rl/metrics/numbers.py src/trace_rl/metrics/prefix_stage.py src/trace_rl/metrics/regime.py \
                src/trace_rl/lab \

@@ -147,12 +147,11 @@ def compare_compile(model: Any, start: dict[str, Any], trees: list[Any], args: a
     """``--compare compile``: the packed update eager and through torch.compile, alternating, same start weights."""
     import torch
 
-    from trace_rl.train.update import UpdateSettings, policy_update
+    from trace_rl.spec import UpdateSpec
+    from trace_rl.train.update import policy_update
 
     ways = {
-        name: UpdateSettings(
-            estimator="treerpo", minibatches=2, micro_tokens=4096, packing="tree", compile=on
-        )
+        name: UpdateSpec(estimator="treerpo", minibatches=2, micro_tokens=4096, packing="tree", compile=on)
         for name, on in (("eager", False), ("compiled", True))
     }
     wall: dict[str, list[float]] = {name: [] for name in ways}
@@ -194,9 +193,10 @@ def alternate(
     Returns the wall and CPU seconds of every run, each way's ``forward_tokens`` and weights after its last run."""
     import torch
 
-    from trace_rl.train.update import UpdateSettings, policy_update
+    from trace_rl.spec import UpdateSpec
+    from trace_rl.train.update import policy_update
 
-    settings = UpdateSettings(estimator="treerpo", minibatches=2, micro_tokens=4096, packing="tree")
+    settings = UpdateSpec(estimator="treerpo", minibatches=2, micro_tokens=4096, packing="tree")
     wall: dict[str, list[float]] = {name: [] for name in ways}
     cpu: dict[str, list[float]] = {name: [] for name in ways}
     tokens: dict[str, float] = {}
@@ -304,7 +304,8 @@ def main() -> None:
     import torch
 
     from trace_rl.policy import load_policy
-    from trace_rl.train.update import UpdateSettings, policy_update
+    from trace_rl.spec import UpdateSpec
+    from trace_rl.train.update import policy_update
 
     if args.generate:
         generate(args.trees)
@@ -322,7 +323,7 @@ def main() -> None:
         compare_row_tokens(policy.model, start, trees, args)
         return
     settings = {
-        p: UpdateSettings(estimator="treerpo", minibatches=2, micro_tokens=4096, packing=p)
+        p: UpdateSpec(estimator="treerpo", minibatches=2, micro_tokens=4096, packing=p)
         for p in ("none", "tree")
     }
     seconds: dict[str, list[float]] = {"none": [], "tree": []}

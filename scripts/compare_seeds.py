@@ -8,7 +8,7 @@ session runs them, this runs just the listed seeds, exactly as compare would hav
       --methods "grpo3=grpo@optim.lr=0.0003,trace3=trace@optim.lr=0.0003" --seeds 4 --jobs 2 --out runs/c22
 
 Same as compare: the config is the preset plus ``--set`` and ``steps``; the warm start is
-`trace_rl.train.compare.warm_start_once` under OUT/warm_start (trained once, then reused); with ``--jobs`` > 1
+`trace_rl.train.compare_shared.warm_start_once` under OUT/warm_start (trained once, then reused); with ``--jobs`` > 1
 every run gets one torch thread unless the config sets ``threads``; ``total_budget`` defaults to steps x the
 per-step budget (so `dapo` runs as many steps as the budget pays for); runs land in OUT/<label>/seed_<s>/ and an
 interrupted run resumes from its checkpoint. Read the finished runs with `scripts/paired_runs.py`.
@@ -21,7 +21,8 @@ import sys
 from pathlib import Path
 
 from trace_rl.allocation import get_method
-from trace_rl.train.compare import parse_seeds, parse_variant, plan_runs, train_runs
+from trace_rl.train.compare import parse_seeds, plan_runs, train_runs
+from trace_rl.train.compare_shared import parse_variant
 from trace_rl.train.config import load_config
 
 

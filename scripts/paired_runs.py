@@ -22,7 +22,7 @@ run must be finished (`trace_rl.train.rundir.log_finished`; ``--allow-partial`` 
 the runs of one seed must have started from one warm start (their recorded ``warm_start_hash``), every run must have
 run the code its baseline run of the same seed ran, on a clean tree (``provenance.code_commit`` and
 ``code_dirty``, the commits that resumed it included; ``--allow-mixed-commits`` pairs them anyway and prints each
-run's commits), and all runs must share the task data and evaluation keys (`trace_rl.train.compare.SHARED_KEYS`). A refusal is one line naming the
+run's commits), and all runs must share the task data and evaluation keys (`trace_rl.train.compare_shared.SHARED_KEYS`). A refusal is one line naming the
 runs, exit status 2. Runs whose config.json predates provenance (no ``provenance`` block, e.g. results/c22 and
 c23) have an unknown commit and warm start: they are named on stderr and not refused for it. Exit status 2 also
 when a named run has no log.
@@ -69,7 +69,8 @@ from trace_rl.metrics.intervals import stratified_bootstrap_ci
 from trace_rl.metrics.plots import AXIS_LABELS, learning_curve_plot
 from trace_rl.metrics.prefix_stage import prefix_stage_stats
 from trace_rl.metrics.summary import train_records
-from trace_rl.train.compare import BOOTSTRAP_MIN_PAIRS, parse_seeds, shared_differences
+from trace_rl.train.compare import BOOTSTRAP_MIN_PAIRS, parse_seeds
+from trace_rl.train.compare_shared import shared_differences
 from trace_rl.train.provenance import PROVENANCE_KEY, provenance_of
 from trace_rl.train.rundir import log_finished, read_metrics, summarize
 

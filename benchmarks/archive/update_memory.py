@@ -24,7 +24,8 @@ def one(micro_tokens: int, repeats: int, threads: int, prompts: int, paths: int)
     import torch
 
     from trace_rl.policy import load_policy
-    from trace_rl.train.update import UpdateSettings, policy_update
+    from trace_rl.spec import UpdateSpec
+    from trace_rl.train.update import policy_update
     from trace_rl.tree import RolloutTree
     from trace_rl.types import Turn
 
@@ -45,7 +46,7 @@ def one(micro_tokens: int, repeats: int, threads: int, prompts: int, paths: int)
             turns = [turn(48, 12) for _ in range(int(rng.integers(1, 5)))]
             tree.add_rollout(turns, reward=float(j % 3 == 0))
         trees.append(tree)
-    settings = UpdateSettings(estimator="treerpo", minibatch=64, minibatches=0, micro_tokens=micro_tokens)
+    settings = UpdateSpec(estimator="treerpo", minibatch=64, minibatches=0, micro_tokens=micro_tokens)
     seconds = []
     for _ in range(repeats):
         with torch.no_grad():

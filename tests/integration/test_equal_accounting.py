@@ -32,7 +32,7 @@ def log(folder: Path) -> list[dict]:
 
 def test_warm_start_is_atomic_checked_and_never_reused_half_made(tmp_path: Path, monkeypatch) -> None:
     import trace_rl.rollout.evaluate as evaluate
-    from trace_rl.train.compare import warm_start_once
+    from trace_rl.train.compare_shared import warm_start_once
     from trace_rl.train.provenance import MANIFEST, folder_hash, read_manifest
     from trace_rl.train.warm_start import PROBE_FILE
 

@@ -52,7 +52,9 @@ def test_async_grpo_trainer_trains_on_trace_worker(tmp_path: Any) -> None:
     folder = tmp_path / "policy"
     load_policy("tiny", seed=3).save(folder)
     tasks = parity_tasks(8)
-    settings = TraceSettings(continuations=1, max_turns=3, max_new_tokens=6, max_rollouts=4, seed=0)
+    settings = TraceSettings(
+        continuations=1, max_turns=3, max_new_tokens=6, max_rollouts=4, estimator="tree_grpo", seed=0
+    )  # estimator auto would train TreeRPO on these tasks (not bfcl): one row per turn
     generator = load_policy(str(folder))
     worker = TraceRolloutWorker(
         tasks, generator, parity_env, settings, roots=ROOTS, group_size=2, pool_size=4

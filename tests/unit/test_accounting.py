@@ -14,7 +14,7 @@ import pytest
 
 from trace_rl.metrics import curves as C
 from trace_rl.metrics.intervals import mean_ci, stratified_bootstrap_ci
-from trace_rl.train.compare import parse_variant
+from trace_rl.train.compare_shared import parse_variant
 from trace_rl.train.config import ConfigError, load_config
 from trace_rl.train.data import DataCursor
 from trace_rl.train.provenance import (

@@ -337,3 +337,10 @@ def test_edges_found_in_review() -> None:
         st.observe([0.5], [3], [2], replays=0, flips=0, estimates_used=True)
     with pytest.raises(ValueError, match="max_active"):
         allocate_table(np.zeros((3, 5)), 4, max_active=-1)
+
+
+def test_the_spec_default_is_the_allocators() -> None:
+    from trace_rl.allocation.adaptive import COVERAGE
+    from trace_rl.spec import BudgetSpec
+
+    assert BudgetSpec().coverage == COVERAGE

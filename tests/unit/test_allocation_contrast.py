@@ -150,7 +150,9 @@ def _step_with(overrides: list[str]):  # type: ignore[no-untyped-def]
     from trace_rl.train.step import StepParts, training_step
     from trace_rl.types import Task
 
-    cfg = load_config(overrides=["method=trace_prefix_only", *overrides])
+    cfg = load_config(
+        overrides=["method=trace_prefix_only", "env.max_turns=2", "sampling.max_concurrency=1", *overrides]
+    )
     TwoTurnEnv.started = 0
     parts = StepParts(
         backend=OneTokenBackend(),
@@ -160,10 +162,7 @@ def _step_with(overrides: list[str]):  # type: ignore[no-untyped-def]
         predictor=ByObservation(),
         online=Online(),
         update_policy=lambda trees: {"paths": 0.0, "rows": 0.0},
-        max_turns=2,
-        max_concurrency=1,
-        prefix_objective=cfg.budget.prefix_objective,
-        sibling_weight=cfg.budget.sibling_weight,
+        spec=cfg.spec,
     )
     shape = BudgetShape(roots=4, continuations=2, group_size=4)
     pool = [Task(id=f"p{i}", env="x", prompt=f"p{i}") for i in range(2)]

@@ -13,6 +13,7 @@ from trace_rl.allocation import BudgetShape, get_method
 from trace_rl.predictor.capabilities import NO_CAPABILITIES
 from trace_rl.rollout.backends import SamplingParams
 from trace_rl.rollout.toy_env import StepResult
+from trace_rl.spec import BudgetSpec, SamplingSpec, TraceSpec
 from trace_rl.train.step import StepParts, training_step
 from trace_rl.types import Task
 
@@ -65,9 +66,14 @@ def run_dapo(rewards: list[float], *, cap: int = 3, budget_left: float | None = 
         predictor=Predictor(),
         online=Online(),
         update_policy=update,
-        max_turns=1,
-        max_concurrency=1,  # one episode at a time: the script's rewards go to the prompts in order
-        max_gen_batches=cap,
+        spec=TraceSpec(
+            method="dapo",
+            max_turns=1,
+            sampling=SamplingSpec(
+                max_concurrency=1
+            ),  # one episode at a time: the script's rewards go in order
+            budget=BudgetSpec(max_num_gen_batches=cap),
+        ),
     )
     shape = BudgetShape(roots=8, continuations=0, group_size=4)  # batch of 2 prompts x 4 rollouts
     pool = [Task(id=f"p{i}", env="x", prompt=f"p{i}") for i in range(8)]

@@ -191,6 +191,7 @@ class FlatPredictor:
 
 
 def step_record(method: str, turns: int, replay_cost: float = 0.5) -> dict[str, Any]:
+    from trace_rl.spec import TraceSpec
     from trace_rl.train.step import StepParts, training_step
 
     parts = StepParts(
@@ -201,7 +202,7 @@ def step_record(method: str, turns: int, replay_cost: float = 0.5) -> dict[str, 
         predictor=FlatPredictor(),
         online=SimpleNamespace(observe_step=lambda ex: {}),
         update_policy=lambda trees: {},
-        max_turns=4,
+        spec=TraceSpec(max_turns=4),
     )
     shape = BudgetShape(roots=8, continuations=2, group_size=4, replay_cost=replay_cost)
     record, _ = training_step(0, tasks(8), get_method(method), shape, parts, np.random.default_rng(0))

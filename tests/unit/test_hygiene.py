@@ -75,7 +75,7 @@ def test_sft_limit_keeps_the_first_tasks_after_filtering() -> None:
 
 
 def test_compare_variants_cannot_change_the_task_data() -> None:
-    from trace_rl.train.compare import parse_variant
+    from trace_rl.train.compare_shared import parse_variant
     from trace_rl.train.config import ConfigError
 
     for key in ("env.data_seed=1", "env.train_limit=50", "env.eval_tasks=8", "env.task_kwargs.generators={}"):
@@ -86,7 +86,8 @@ def test_compare_variants_cannot_change_the_task_data() -> None:
 
 def test_plan_runs_checks_every_run_before_the_warm_start(tmp_path) -> None:
     # the demo's warm start takes minutes: a bad label, seed or override fails first, and nothing is written
-    from trace_rl.train.compare import parse_variant, plan_runs
+    from trace_rl.train.compare import plan_runs
+    from trace_rl.train.compare_shared import parse_variant
     from trace_rl.train.config import ConfigError, load_config
 
     cfg = load_config(preset="demo")

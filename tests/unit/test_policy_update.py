@@ -7,7 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trace_rl.train.update import UpdateSettings, policy_update  # noqa: E402
+from trace_rl.spec import TraceSpec, UpdateSpec  # noqa: E402
+from trace_rl.train.update import policy_update  # noqa: E402
 from trace_rl.tree import RolloutTree  # noqa: E402
 from trace_rl.types import Turn  # noqa: E402
 
@@ -63,7 +64,7 @@ def test_update_raises_rewarded_path_and_lowers_failed_path(tiny_policy, estimat
     good_before = path_logprob(model, PROMPT, np.concatenate([GOOD, OBS, GOOD]))
     bad_before = path_logprob(model, PROMPT, np.concatenate([BAD, OBS, BAD]))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    settings = UpdateSettings(estimator=estimator, minibatch=64, minibatches=0, epochs=1)
+    settings = UpdateSpec(estimator=estimator, minibatch=64, minibatches=0, epochs=1)
     first = policy_update(model, opt, [tree], settings, pad_id=0, rng=np.random.default_rng(0))
     assert first["rows"] == 4 and first["tokens"] == 4 * 8
     assert abs(first["approx_kl"]) < 1e-5 and first["clip_fraction"] == 0.0  # behaviour == current policy
@@ -89,7 +90,7 @@ def test_update_without_signal_still_takes_its_optimizer_step_with_a_zero_gradie
             model,
             opt,
             [tree],
-            UpdateSettings(estimator="grpo", minibatches=2, zero_advantage_rows=rows),
+            UpdateSpec(estimator="grpo", minibatches=2, zero_advantage_rows=rows),
             pad_id=0,
             rng=np.random.default_rng(0),
         )
@@ -128,7 +129,7 @@ def test_every_method_takes_the_same_optimizer_steps_whatever_its_paths(
     for n_trees in (1, 3, 8):
         model = copy.deepcopy(tiny_policy.model)
         opt = CountingSGD(model.parameters(), lr=1e-3)
-        settings = UpdateSettings(estimator="treerpo", minibatches=minibatches, epochs=2)
+        settings = UpdateSpec(estimator="treerpo", minibatches=minibatches, epochs=2)
         stats = policy_update(
             model, opt, trees_with_paths(n_trees), settings, pad_id=0, rng=np.random.default_rng(0)
         )
@@ -139,7 +140,7 @@ def test_every_method_takes_the_same_optimizer_steps_whatever_its_paths(
     # the legacy size-based split: more paths, more steps (why it is not the default)
     model = copy.deepcopy(tiny_policy.model)
     opt = CountingSGD(model.parameters(), lr=1e-3)
-    legacy = UpdateSettings(estimator="treerpo", minibatch=4, minibatches=0)
+    legacy = UpdateSpec(estimator="treerpo", minibatch=4, minibatches=0)
     policy_update(model, opt, trees_with_paths(8), legacy, pad_id=0, rng=np.random.default_rng(0))
     assert opt.steps == 6  # 24 paths / 4
 
@@ -158,9 +159,7 @@ def test_zero_advantage_rows_count_in_the_token_mean_denominator(tiny_policy) ->
     for rows in ("count", "drop"):
         model = copy.deepcopy(tiny_policy.model)
         opt = torch.optim.SGD(model.parameters(), lr=1.0)
-        settings = UpdateSettings(
-            estimator="grpo", minibatches=1, zero_advantage_rows=rows, max_grad_norm=1e9
-        )
+        settings = UpdateSpec(estimator="grpo", minibatches=1, zero_advantage_rows=rows, max_grad_norm=1e9)
         stats[rows] = policy_update(model, opt, trees, settings, pad_id=0, rng=np.random.default_rng(0))
         moves[rows] = torch.cat([p.detach().reshape(-1) for p in model.parameters()]) - base
     assert stats["count"]["rows"] == stats["drop"]["rows"] == 3
@@ -172,14 +171,17 @@ def test_zero_advantage_rows_count_in_the_token_mean_denominator(tiny_policy) ->
 
 
 def test_update_settings_reject_settings_that_cannot_take_effect() -> None:
-    with pytest.raises(ValueError, match="exactly one of minibatches"):
-        UpdateSettings(minibatch=8)  # minibatches defaults to 1
+    with pytest.raises(ValueError, match=r"exactly one of optim\.minibatches"):
+        UpdateSpec(minibatch=8)  # minibatches defaults to 1
     with pytest.raises(ValueError, match="loss_scale_tokens"):
-        UpdateSettings(loss_agg="seq-mean-token-sum-norm")
+        UpdateSpec(loss_scale_tokens=64)
+    # Dr. GRPO's L = 0 means max_new_tokens x max_turns: the spec resolves it, the update refuses it unresolved
+    norm = TraceSpec(update=UpdateSpec(loss_agg="seq-mean-token-sum-norm"), max_turns=3)
+    assert norm.resolved_update("math_python").loss_scale_tokens == norm.sampling.max_new_tokens * 3
     with pytest.raises(ValueError, match="loss_scale_tokens"):
-        UpdateSettings(loss_scale_tokens=64)
+        policy_update(None, None, [], norm.update, pad_id=0, rng=np.random.default_rng(0))
     with pytest.raises(ValueError, match="zero_advantage_rows"):
-        UpdateSettings(zero_advantage_rows="keep")
+        UpdateSpec(zero_advantage_rows="keep")
 
 
 def uneven_tree(rng: np.random.Generator) -> RolloutTree:
@@ -222,7 +224,7 @@ def test_micro_batches_give_the_whole_minibatchs_gradient(
     for micro_tokens in (0, 10, 30, 50):  # 10: below every row's width, each row its own pass
         model = copy.deepcopy(tiny_policy.model).double()
         opt = torch.optim.SGD(model.parameters(), lr=1.0)
-        settings = UpdateSettings(
+        settings = UpdateSpec(
             estimator="treerpo", minibatch=4, minibatches=0, loss_agg=loss_agg, kl_coef=kl_coef, max_grad_norm=1e9,
             micro_tokens=micro_tokens, loss_scale_tokens=64 if loss_agg == "seq-mean-token-sum-norm" else 0,
             packing=packing,

@@ -226,7 +226,7 @@ def test_trainer_registers_the_consensus_of_every_node_it_trains_on(tmp_path) ->
 
 def test_trainer_applies_state_evidence_where_the_prefix_stage_uses_the_predictor(tmp_path) -> None:  # type: ignore[no-untyped-def]
     t, records = _smoke_trainer(tmp_path, "ngram", "budget.state_evidence=true")
-    assert t.parts.state_evidence
+    assert t.parts.spec.prefix.state_evidence
     # recorded where it applied: the configured trace's prefix stage (step 2, the predictor warm), not the
     # cold-start fallback of step 1 (random anchors)
     assert [r["allocation"] for r in records] == ["treepo", "trace"]

@@ -216,7 +216,7 @@ def test_prefix_stage_stats_sum_counts_over_steps() -> None:
 
 
 def test_compare_variants_parse_and_refuse_what_cannot_differ() -> None:
-    from trace_rl.train.compare import parse_variant
+    from trace_rl.train.compare_shared import parse_variant
     from trace_rl.train.config import ConfigError
 
     assert parse_variant("trace") == ("trace", "trace", ())

@@ -38,10 +38,11 @@ def test_rewards_equal_within_tolerance_are_not_mixed_and_get_no_advantage(rewar
     for estimate in ESTIMATORS:
         adv = estimate(tree)
         assert np.all(adv[np.isfinite(adv)] == 0.0), estimate.__name__
-    from trace_rl.train.update import UpdateSettings, training_rows
+    from trace_rl.spec import UpdateSpec
+    from trace_rl.train.update import training_rows
 
     for estimator in ("grpo", "tree_grpo", "treerpo"):
-        assert training_rows([tree], UpdateSettings(estimator=estimator)) == []
+        assert training_rows([tree], UpdateSpec(estimator=estimator)) == []
 
 
 @pytest.mark.parametrize("rewards", [[0.3, 0.3 + 2e-6, 0.3], [1.0, 0.0, 1.0], [0.5, 0.5, 0.499]])
@@ -51,9 +52,10 @@ def test_rewards_apart_beyond_tolerance_are_mixed_and_trained_on(rewards: list[f
     for estimate in ESTIMATORS:
         adv = estimate(tree)
         assert np.any(np.abs(adv[np.isfinite(adv)]) > REWARD_ATOL), estimate.__name__
-    from trace_rl.train.update import UpdateSettings, training_rows
+    from trace_rl.spec import UpdateSpec
+    from trace_rl.train.update import training_rows
 
-    assert training_rows([tree], UpdateSettings(estimator="grpo"))
+    assert training_rows([tree], UpdateSpec(estimator="grpo"))
 
 
 def test_group_normalize_tolerance_boundary() -> None:
@@ -62,6 +64,7 @@ def test_group_normalize_tolerance_boundary() -> None:
 
 
 def test_rows_with_all_tiny_advantages_are_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    import trace_rl.spec as spec
     import trace_rl.train.update as update
 
     tree = _tree([1.0, 0.0, 1.0])
@@ -73,5 +76,5 @@ def test_rows_with_all_tiny_advantages_are_dropped(monkeypatch: pytest.MonkeyPat
         return adv
 
     monkeypatch.setitem(update.ESTIMATORS, "grpo", tiny)
-    rows = update.training_rows([tree], update.UpdateSettings(estimator="grpo"))
+    rows = update.training_rows([tree], spec.UpdateSpec(estimator="grpo"))
     assert [r.leaf for r in rows] == [int(tree.leaves()[2])]

@@ -173,11 +173,12 @@ def test_the_update_takes_a_weaker_strategy_as_a_parameter(tiny_policy) -> None:
     """Benchmarks compare the ways through `policy_update`'s parameters: the mask way computes the padded packed
     rows' tokens, the chains way the rows' own, for the same weights to float32 rounding."""
     from tests.unit.test_tree_packing import replay_trees
+    from trace_rl.spec import UpdateSpec
     from trace_rl.train.packing import CHAIN_ROW_TOKENS, plan_packed_passes
-    from trace_rl.train.update import UpdateSettings, has_signal, path_rows, policy_update
+    from trace_rl.train.update import has_signal, path_rows, policy_update
 
     trees = replay_trees()
-    settings = UpdateSettings(estimator="treerpo", minibatches=1, micro_tokens=0)
+    settings = UpdateSpec(estimator="treerpo", minibatches=1, micro_tokens=0)
     rows = [r for r in path_rows(trees, settings) if has_signal(r)]
     moved, tokens = {}, {}
     for way in ("chains", "mask", "padded"):

@@ -66,7 +66,7 @@ def test_overrides_and_types() -> None:
         (["backend.max_in_flight=8"], "backend.max_in_flight: applies to server replicas only"),
         (
             ["predictor.history_window=5"],
-            "predictor.history_window: and predictor.history_decay apply to the convex",
+            "predictor.history_window: applies to the convex predictors",
         ),
     ],
 )

@@ -94,7 +94,7 @@ def test_fresh_rollouts_win_the_knapsack_over_decided_prefixes() -> None:
 def test_replay_flips_next_to_fresh_flips_of_the_same_prompts() -> None:
     from types import SimpleNamespace
 
-    from trace_rl.train.step import replay_flips
+    from trace_rl.train.step_record import replay_flips
 
     roots = [SimpleNamespace(reward=r) for r in (1.0, 1.0, 0.0)]
     replays = [
@@ -180,7 +180,7 @@ def _scripted_plan(root_rewards: dict[str, list[float]], k0: int):  # type: igno
 def test_fresh_rollouts_never_go_to_a_prompt_whose_roots_are_mixed() -> None:
     """A prompt with 2 of 4 roots solved is already mixed: a fresh rollout adds no tree-level contrast, so the
     depth-0 anchor is not offered and ``fresh_rollouts_on_mixed`` stays 0; unanimous prompts keep it."""
-    from trace_rl.train.step import fresh_rollouts_on_mixed
+    from trace_rl.train.step_record import fresh_rollouts_on_mixed
 
     roots = {"mixed": [1.0, 0.0, 1.0, 0.0], "all_failed": [0.0] * 4, "all_solved": [1.0] * 4}
     results, offers = _scripted_plan(roots, k0=2)
@@ -195,7 +195,7 @@ def test_fresh_rollouts_on_mixed_counts_what_a_scheduler_bought_for_mixed_prompt
     roots count, fresh roots that made a unanimous prompt mixed do not."""
     from types import SimpleNamespace
 
-    from trace_rl.train.step import fresh_rollouts_on_mixed
+    from trace_rl.train.step_record import fresh_rollouts_on_mixed
 
     def result(rewards: list[float], fresh: int) -> SimpleNamespace:
         return SimpleNamespace(roots=[SimpleNamespace(reward=r) for r in rewards], fresh=fresh)

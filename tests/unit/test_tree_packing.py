@@ -20,6 +20,7 @@ torch = pytest.importorskip("torch")
 
 from tests.unit.model_fakes import IgnoresMasks, KeepsItsAttention  # noqa: E402
 from trace_rl.advantages.losses import LOSS_AGGS  # noqa: E402
+from trace_rl.spec import UpdateSpec  # noqa: E402
 from trace_rl.train.packing import (  # noqa: E402
     CHAIN_ROW_TOKENS,
     ROW_TOKENS,
@@ -29,7 +30,6 @@ from trace_rl.train.packing import (  # noqa: E402
     tree_mask_support,
 )
 from trace_rl.train.update import (  # noqa: E402
-    UpdateSettings,
     forward_passes,
     has_signal,
     path_rows,
@@ -93,9 +93,9 @@ def test_the_chains_rows_are_capped_at_their_own_limit() -> None:
     tree = RolloutTree.new(prompt_ids=rng.integers(3, 500, 300).astype(np.int64))
     for _ in range(4):  # a trie of 300 + 4 x 300 = 1,500 tokens: above ROW_TOKENS, within CHAIN_ROW_TOKENS
         tree.add_rollout([turn(rng, 200, 100)], reward=float(rng.integers(2)))
-    rows = path_rows([tree], UpdateSettings())
+    rows = path_rows([tree], UpdateSpec(estimator="treerpo"))
     assert ROW_TOKENS < 1500 <= CHAIN_ROW_TOKENS
-    settings = UpdateSettings(micro_tokens=0)
+    settings = UpdateSpec(estimator="treerpo", micro_tokens=0)
     for chains, n_rows in ((True, 1), (False, 2)):
         passes = forward_passes(rows, settings, packed=True, chains=chains)
         assert sum(len(packed_rows or []) for _, packed_rows, *_ in passes) == n_rows
@@ -111,7 +111,7 @@ def test_packed_logprobs_match_the_padded_ones_path_by_path(
     tiny_policy, float64_norms: None, chains: bool
 ) -> None:
     model = _double(tiny_policy.model)
-    rows = path_rows(replay_trees(), UpdateSettings())
+    rows = path_rows(replay_trees(), UpdateSpec(estimator="treerpo"))
     passes = plan_packed_passes(rows, 0)
     assert len(passes) == 1 and len(passes[0].rows) == 3  # one packed row per prompt
     assert passes[0].tokens < sum(len(r.prompt_ids) + len(r.token_ids) for r in rows) * 0.7
@@ -133,7 +133,7 @@ def test_packed_logprobs_match_the_padded_ones_path_by_path(
 def test_packed_passes_hold_every_path_once_within_their_limits(micro_tokens: int, row_tokens: int) -> None:
     from trace_rl.train.packing import full_sequence
 
-    rows = path_rows(replay_trees(), UpdateSettings())
+    rows = path_rows(replay_trees(), UpdateSpec(estimator="treerpo"))
     passes = plan_packed_passes(rows, micro_tokens, row_tokens)
     assert sorted(i for p in passes for i in p.paths) == list(range(len(rows)))
     for p in passes:
@@ -158,7 +158,7 @@ def test_packed_logprobs_match_on_a_llama_model(float64_norms: None) -> None:
     )  # fmt: skip
     model = LlamaForCausalLM(cfg).double().eval()
     assert tree_mask_support(model)
-    rows = path_rows(replay_trees(1), UpdateSettings())
+    rows = path_rows(replay_trees(1), UpdateSpec(estimator="treerpo"))
     passes = plan_packed_passes(rows, 64)  # split: packed rows of a prompt over several passes
     assert len(passes) > 1
     for p in passes:
@@ -216,7 +216,7 @@ def test_one_optimizer_step_gives_the_padded_updates_weights(
     for optimizer in ("adamw", "sgd"):  # SGD at lr 1: the weights move by exactly minus the gradient
         moved, stats = {}, {}
         for packing in ("none", "tree"):
-            settings = UpdateSettings(
+            settings = UpdateSpec(
                 estimator="treerpo", minibatches=minibatches, loss_agg=loss_agg, kl_coef=kl_coef,
                 micro_tokens=micro_tokens, zero_advantage_rows=rows, packing=packing, max_grad_norm=1e9,
                 loss_scale_tokens=64 if loss_agg == "seq-mean-token-sum-norm" else 0,
@@ -240,7 +240,7 @@ def test_float32_models_agree_to_float32_rounding(tiny_policy) -> None:
     # the production case: a float32 model with its float32 norms; packed and padded sum the gradients of shared
     # tokens in different orders, so they agree to float32 rounding, not exactly
     trees = replay_trees(2)
-    rows = path_rows(trees, UpdateSettings())
+    rows = path_rows(trees, UpdateSpec(estimator="treerpo"))
     p = plan_packed_passes(rows, 0)[0]
     sub = [rows[i] for i in p.paths]
     model = copy.deepcopy(tiny_policy.model)
@@ -253,7 +253,7 @@ def test_float32_models_agree_to_float32_rounding(tiny_policy) -> None:
     start = copy.deepcopy(tiny_policy.model)
     moved = {}
     for packing in ("none", "tree"):
-        settings = UpdateSettings(
+        settings = UpdateSpec(
             estimator="treerpo", minibatches=2, micro_tokens=96, packing=packing, kl_coef=0.0
         )
         moved[packing], _ = _step(copy.deepcopy(start), trees, settings, None, "sgd")
@@ -266,7 +266,7 @@ def test_a_model_that_cannot_take_the_mask_gets_the_padded_update_with_one_log_l
     trees = replay_trees()
     model = IgnoresMasks(_double(tiny_policy.model))
     padded_model = copy.deepcopy(model)
-    settings = UpdateSettings(estimator="treerpo", minibatches=2, micro_tokens=96)
+    settings = UpdateSpec(estimator="treerpo", minibatches=2, micro_tokens=96)
     with caplog.at_level(logging.WARNING, logger="trace_rl.train.packing"):
         w_tree, s_tree = _step(model, trees, settings, None, "sgd")
         _step(model, trees, settings, None, "sgd")  # a second update: no second log line
@@ -291,7 +291,7 @@ def test_the_eager_packed_update_runs_without_padding_and_falls_back_to_the_mask
     real = packing.tree_forward
     monkeypatch.setattr(packing, "tree_forward", lambda m, rows: chained.append(len(rows)) or real(m, rows))
     trees = replay_trees()
-    settings = UpdateSettings(estimator="treerpo", minibatches=1, micro_tokens=0)
+    settings = UpdateSpec(estimator="treerpo", minibatches=1, micro_tokens=0)
     rows = [r for r in path_rows(trees, settings) if has_signal(r)]  # the rows the update forwards
     (plan,) = plan_packed_passes(rows, 0, CHAIN_ROW_TOKENS)
     w_chain, s_chain = _step(_double(tiny_policy.model), trees, settings, None, "sgd")
@@ -308,8 +308,8 @@ def test_the_eager_packed_update_runs_without_padding_and_falls_back_to_the_mask
 
 
 def test_packing_setting_is_validated() -> None:
-    with pytest.raises(ValueError, match="packing must be one of"):
-        UpdateSettings(packing="trie")
+    with pytest.raises(ValueError, match="packing: must be tree or none"):
+        UpdateSpec(packing="trie")
     from trace_rl.train.config import ConfigError, load_config
 
     with pytest.raises(ConfigError, match=r"optim\.packing"):
@@ -339,7 +339,7 @@ def test_a_compiled_update_gives_the_eager_updates_weights(
     ref = copy.deepcopy(tiny_policy.model)
     moved, stats = {}, {}
     for on in (False, True):
-        settings = UpdateSettings(
+        settings = UpdateSpec(
             estimator="treerpo", minibatches=2, micro_tokens=0, packing=packing, kl_coef=0.1, compile=on
         )
         model = copy.deepcopy(start)
@@ -356,10 +356,10 @@ def test_a_compiled_update_gives_the_eager_updates_weights(
 
 
 def test_a_compile_failure_in_the_update_names_the_setting(tiny_policy, no_compiler: None) -> None:
-    settings = UpdateSettings(estimator="treerpo", minibatches=1, micro_tokens=0, compile=True)
+    settings = UpdateSpec(estimator="treerpo", minibatches=1, micro_tokens=0, compile=True)
     with pytest.raises(RuntimeError, match=r"optim\.compile: .*RuntimeError: no C\+\+ compiler"):
         _step(copy.deepcopy(tiny_policy.model), replay_trees(2), settings, None, "sgd")
-    off = UpdateSettings(estimator="treerpo", minibatches=1, micro_tokens=0)
+    off = UpdateSpec(estimator="treerpo", minibatches=1, micro_tokens=0)
     _step(
         copy.deepcopy(tiny_policy.model), replay_trees(2), off, None, "sgd"
     )  # off: the eager model, no wrapper

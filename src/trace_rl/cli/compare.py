@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if not methods:
         raise UsageError("--methods needs at least one method")
     from trace_rl.cli.common import user_input
-    from trace_rl.train.compare import parse_variant
+    from trace_rl.train.compare_shared import parse_variant
 
     for m in methods:
         with user_input("--methods: "):

@@ -318,16 +318,7 @@ async def expand_prompt(
             )
     k = np.asarray(choice.k, np.int64)
     cost = np.ones(n, np.int64) if choice.cost is None else np.asarray(choice.cost, np.int64)
-    jobs: list[Session] = []
-    job_anchor: list[int] = []  # index j of each job's anchor
-    for j, a in enumerate(anchors):
-        path = [int(y) for y in tree.path_to(a.node)[1:]]
-        turns = tuple(t for t in (tree.turn(y) for y in path) if t is not None)
-        sessions = tuple(origin[y] for y in path)
-        for _ in range(int(k[j])):
-            index = roots + len(jobs)
-            jobs.append(Session(index, a.node, points[j], session_seed(seed, index), turns, sessions))
-            job_anchor.append(j)
+    jobs, job_anchor = _replay_sessions(tree, anchors, points, k, origin, roots, seed)
     replay_eps = await run(jobs)
     result = PromptResult(
         task, tree, list(root_eps), [], k, roots_done_s=roots_done, cost=cost, anchors=anchors,
@@ -353,6 +344,30 @@ async def expand_prompt(
     result.context_tokens = sum(int(t.token_ids.size) for e in every for t in e.turns)
     result.done_s = time.perf_counter() - start
     return result
+
+
+def _replay_sessions(
+    tree: RolloutTree,
+    anchors: Sequence[Anchor],
+    points: Sequence[SavePoint | None],
+    k: np.ndarray,
+    origin: Sequence[int],
+    roots: int,
+    seed: int,
+) -> tuple[list[Session], list[int]]:
+    """The ``k[j]`` replay sessions of each anchor j, numbered after the ``roots`` root sessions, and the index j
+    of each one's anchor (``origin``: the session that sampled each tree node)."""
+    jobs: list[Session] = []
+    job_anchor: list[int] = []
+    for j, a in enumerate(anchors):
+        path = [int(y) for y in tree.path_to(a.node)[1:]]
+        turns = tuple(t for t in (tree.turn(y) for y in path) if t is not None)
+        sessions = tuple(origin[y] for y in path)
+        for _ in range(int(k[j])):
+            index = roots + len(jobs)
+            jobs.append(Session(index, a.node, points[j], session_seed(seed, index), turns, sessions))
+            job_anchor.append(j)
+    return jobs, job_anchor
 
 
 def gather_sessions(episode: Callable[[Session], Awaitable[Episode]]) -> RunSessions:

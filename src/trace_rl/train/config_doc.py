@@ -1,7 +1,8 @@
 """The config reference (docs/config.md), generated from the config dataclasses so it cannot drift from them.
 
 Every key's type and default come from the dataclass fields of `trace_rl.train.config_sections`; its meaning
-from the ``Attributes:`` block of its section's docstring (one ``name: text`` entry per field, continuation lines
+from its field's metadata (TRACE's settings, `trace_rl.spec.setting`) or the ``Attributes:`` block of its
+section's docstring (one ``name: text`` entry per field, continuation lines
 indented further). A field without an entry, or an entry naming no field, raises `ConfigDocError`: a key cannot be added
 without saying what it means. Regenerate the page with::
 
@@ -19,8 +20,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from trace_rl.spec import Range
 from trace_rl.train.config import PRESET_DIR, preset_names
-from trace_rl.train.config_ranges import RANGES, Range, numeric_keys
+from trace_rl.train.config_ranges import RANGES, numeric_keys
 from trace_rl.train.config_sections import TrainConfig
 
 
@@ -80,8 +82,9 @@ def section_docs(cls: type, prefix: str = "") -> list[KeyDoc]:
     Raises:
         ConfigDocError: a field without a meaning in the docstring's Attributes block, or an entry naming no field.
     """
-    meanings = attribute_docs(cls)
+    documented = attribute_docs(cls)
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    meanings = {f.name: f.metadata["doc"] for f in fields if f.metadata.get("doc")} | documented
     plain = [f for f in fields if not _is_section(f)]
     missing = [f"{prefix}{f.name}" for f in plain if not meanings.get(f.name)]
     if missing:
@@ -89,7 +92,7 @@ def section_docs(cls: type, prefix: str = "") -> list[KeyDoc]:
             f"{cls.__name__}: no meaning for {', '.join(missing)}: add a 'name: meaning' line to its docstring's "
             "Attributes block"
         )
-    stale = sorted(set(meanings) - {f.name for f in plain})
+    stale = sorted(set(documented) - {f.name for f in plain})
     if stale:
         raise ConfigDocError(
             f"{cls.__name__}: its Attributes block names {', '.join(stale)}, which are not fields"

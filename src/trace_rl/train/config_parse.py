@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_rl.errors import UserError
+from trace_rl.spec import SpecError
 from trace_rl.train.config_ranges import RANGES
 
 
@@ -112,7 +113,10 @@ def build(cls: type, data: dict[str, Any], prefix: str) -> Any:
             kwargs[key] = build(hint, value, f"{full}.")  # type: ignore[arg-type]
         else:
             kwargs[key] = coerce(value, hint, full)
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except SpecError as exc:  # a section made of TRACE's settings checks them when it is built
+        raise ConfigError(f"{prefix}{exc.key}: {exc.why}") from None
 
 
 def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

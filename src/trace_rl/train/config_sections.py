@@ -1,8 +1,10 @@
 """The config's sections: frozen dataclasses, the one source of every key's type, default and meaning.
 
-`TrainConfig` holds one instance of each section. Building, validating and loading a config live elsewhere
-(`trace_rl.train.config`, `config_parse`, `config_check`); this module imports nothing from trace_rl, so every
-one of them can import it.
+`TrainConfig` holds one instance of each section. TRACE's own settings (``budget.*``, ``optim.*`` but the
+optimizer's, ``sampling.*``) are declared once, in `trace_rl.spec`: those sections subclass its parts, and
+`TrainConfig.spec` is the `TraceSpec` they make. Building, validating and loading a config live elsewhere
+(`trace_rl.train.config`, `config_parse`, `config_check`); this module imports nothing from trace_rl but the spec,
+so every one of them can import it.
 """
 
 from __future__ import annotations
@@ -10,6 +12,17 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
+
+from trace_rl.spec import (
+    BudgetSpec,
+    PrefixSpec,
+    Range,
+    SamplingSpec,
+    SpecError,
+    TraceSpec,
+    UpdateSpec,
+    check_fields,
+)
 
 __all__ = [
     "BackendSection",
@@ -21,6 +34,53 @@ __all__ = [
     "SamplingSection",
     "TrainConfig",
 ]
+
+_NEURAL = {
+    "variants": ("neural",),
+    "why": "has no effect on the convex predictor {s.name!r} (one refit per step on the outcomes of "
+    "predictor.history_window steps); leave it at its default {default!r} or pick a neural predictor",
+}
+_CONVEX = {
+    "variants": ("convex",),
+    "why": "applies to the convex predictors ({convex}) only; a neural predictor keeps predictor.buffer_steps steps",
+}
+_LAUNCHED = {
+    "variants": ("launched",),
+    "why": "applies only to vLLM servers that trace-rl launches (backend.kind=vllm, backend.urls empty); with "
+    "backend.kind={s.kind}{urls_set} it cannot take effect: remove it",
+}
+_SERVERS = {
+    "variants": ("launched", "servers"),
+    "why": "the local engine generates in-process; set backend.kind=vllm or sglang to use servers",
+}
+_IN_FLIGHT = {
+    "why": "applies to server replicas only; the local engine batches sampling.max_concurrency requests"
+}
+
+
+def _of(
+    variant: dict[str, Any], default: Any, accepts: Range | None = None, choices: tuple[str, ...] = ()
+) -> Any:
+    """A field of one section ``variant`` (`_only_variant`), with its accepted range or choices (`check_fields`)."""
+    return field(default=default, metadata={**variant, "range": accepts, "choices": choices})
+
+
+def _only_variant(section: Any, variant: str) -> None:
+    """The sections with one variant per kind (a predictor is convex or neural; a backend local, launched vLLM
+    or running servers): a field whose metadata names other ``variants`` must keep its default, since it cannot
+    take effect (`SpecError` with the field's ``why``)."""
+    from trace_rl.predictor.names import CONVEX_NAMES
+
+    check_fields(section)
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        if variant in f.metadata.get("variants", (variant,)) or value == f.default:
+            continue
+        urls_set = " and backend.urls set" if getattr(section, "urls", "").strip() else ""
+        why = f.metadata["why"].format(
+            s=section, default=f.default, convex=", ".join(CONVEX_NAMES), urls_set=urls_set
+        )
+        raise SpecError(f.name, why)
 
 
 @dataclass(frozen=True)
@@ -119,133 +179,36 @@ class PolicySection:
 
 
 @dataclass(frozen=True)
-class SamplingSection:
-    """Rollout sampling.
-
-    Attributes:
-        max_new_tokens: most tokens the policy generates per turn.
-        temperature: sampling temperature of the rollouts (> 0); log-probabilities are recomputed at it.
-        top_p: nucleus sampling threshold in (0, 1] (1 = off; must be 1 with backend.kind=vllm).
-        max_concurrency: episodes in flight at once (root rollouts and replays).
-    """
-
-    max_new_tokens: int = 64
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_concurrency: int = 64
+class SamplingSection(SamplingSpec):
+    """Rollout sampling (`trace_rl.spec.SamplingSpec`: its fields, their meanings in their metadata)."""
 
 
 @dataclass(frozen=True)
-class BudgetSection:
-    """Budget shape (DESIGN.md section 2): M roots, N continuations per root, n rollouts per flat prompt.
+class BudgetSection(PrefixSpec, BudgetSpec):
+    """Budget shape (DESIGN.md section 2) and the prefix stage's options (`trace_rl.spec`).
 
-    Attributes:
-        roots: M, root rollouts per step of the tree methods (TRACE, TreePO and the ablations); a multiple of
-            ``group_size``.
-        continuations: N, replays per root rollout: a prompt with m_i roots gets a replay budget of N * m_i.
-        group_size: n, rollouts per prompt of the uniform methods (GRPO, PCL, TreePO's roots).
-        replay_cost: cost of one replay in rollout-equivalents, in (0, 1] (paper: 0.5). Every method spends
-            M (1 + N * replay_cost) per step; the flat ones on floor(M (1 + N * replay_cost) / n) prompts.
-        min_rollouts: smallest group of an active prompt for the allocating methods (paper: 2).
-        max_rollouts: cap on rollouts per prompt for the allocating methods (None: no cap); >= group_size.
-        accounting: "paper" (a replay costs replay_cost) or "token" (a replay costs its expected remaining
-            tokens relative to a full rollout, in integer units for the exact prefix knapsack).
-        max_num_gen_batches: `dapo` only: the most batches of batch_size prompts x n rollouts one step may draw
-            while filling its batch with mixed groups (verl's DAPO recipe name; docs/allocation.md); 0 = as many
-            as the step's candidate pool holds (env.pool_size // batch_size).
-        prefix_objective: what the prefix stage of trace, trace_prefix_only and trace_fresh maximises: "paper"
-            (TRACE's sum_j 1 - q_j^k_j, the expected number of anchors whose ending flips) or "contrast" (ours: for a
-            prompt whose roots all agree, the chance its tree becomes mixed, plus sibling_weight times the chance
-            each anchor's sibling group becomes mixed; solved exactly; docs/allocation.md); contrast with any
-            other method is a config error.
-        sibling_weight: contrast objective only: weight of the sibling-group terms against the tree term (>= 0;
-            1 = the expected number of sibling groups, root group included, that become mixed under TreeRPO).
-        state_evidence: trace, trace_prefix_only and trace_fresh only (ours): value each anchor by the predictor's
-            posterior given the root rollouts in its environment state (its own, and the other roots whose
-            observations agree through its depth), not by the predictor's estimate alone; docs/predictor.md. A
-            config error with predictor.name=ngram+minilm+group (its prior already reads those outcomes).
-        coverage: trace_adaptive only (ours, issue 58): the share of a step's active prompts drawn uniformly at
-            random from the candidate pool and kept active whatever the predictor says, once its ranking test
-            passes (before, the plan is GRPO's), in [0, 1], so selection cannot narrow the training distribution
-            (docs/allocation.md, "trace_adaptive"); any other value with another method is a config error.
+    The fields of `trace_rl.spec.BudgetSpec` and `trace_rl.spec.PrefixSpec`, their meanings in their
+    metadata.
     """
 
-    roots: int = 32
-    continuations: int = 2
-    group_size: int = 8
-    replay_cost: float = 0.5
-    min_rollouts: int = 2
-    max_rollouts: int | None = 16
-    accounting: str = "paper"
-    max_num_gen_batches: int = 0
-    prefix_objective: str = "paper"
-    sibling_weight: float = 1.0
-    state_evidence: bool = False
-    coverage: float = 0.25
+    def __post_init__(self) -> None:
+        BudgetSpec.__post_init__(self)
+        PrefixSpec.__post_init__(self)
 
 
 @dataclass(frozen=True)
-class OptimSection:
-    """Policy update.
+class OptimSection(UpdateSpec):
+    """Policy update (`trace_rl.spec.UpdateSpec`, meanings in its fields' metadata) and the optimizer.
 
     Attributes:
         lr: AdamW learning rate of the policy (betas 0.9, 0.95).
         weight_decay: AdamW's decoupled weight decay of the RL policy update. The default 0.01 is torch's AdamW
             default, which every run before this key existed used implicitly (results stay comparable); the
             supervised warm start uses 0 (`trace_rl.policy.sft.SFTConfig`). verl's actor default is 0.01 too.
-        clip: PPO ratio clip epsilon in (0, 1): the surrogate clips exp(logp - old_logp) to [1 - clip, 1 + clip].
-        kl_coef: weight of the k3 KL penalty toward a reference policy (`trace_rl.advantages.losses.kl_k3`):
-            a frozen copy of the policy RL starts from (after the warm start); logged as update_ref_kl; 0 = none.
-        epochs: passes over each step's paths.
-        max_grad_norm: gradient-norm clip of every optimizer step.
-        estimator: "auto" (treerpo for math/QA, tree_grpo for function calling, grpo for flat methods),
-            "grpo", "tree_grpo" or "treerpo".
-        normalize_std: divide by the group std (False: Dr. GRPO).
-        loss_agg: "token-mean", "seq-mean-token-sum", "seq-mean-token-mean" or "seq-mean-token-sum-norm", with
-            verl's meanings over the whole minibatch (`trace_rl.advantages.losses.aggregate_loss`).
-        zero_advantage_rows: "count" (verl/TRL: paths with zero advantage count in the loss denominator) or
-            "drop" (they are removed before the loss; `trace_rl.train.update`).
-        loss_scale_tokens: the constant L of "seq-mean-token-sum-norm" (Dr. GRPO); 0 = sampling.max_new_tokens
-            x env.max_turns (the most model tokens an episode can generate). Must be 0 with the other modes.
-        minibatches: optimizer steps per epoch, the same for every method (paths split evenly); logged per step
-            as `optimizer_steps`.
-        minibatch: the older split, used only when minibatches is 0: a fixed number of paths per optimizer step,
-            so the number of optimizer steps grows with the paths a method keeps (unequal between methods).
-        micro_tokens: padded tokens per forward pass: each minibatch's gradient is accumulated over passes of at
-            most this many (rows x longest row) tokens, the same gradient with a fraction of the activation memory
-            (`trace_rl.train.update.micro_batches`); 0 = the whole minibatch in one pass. Under packing "tree" the
-            limit counts packed rows x longest packed row.
-        packing: "tree" (default): the paths of one prompt in a minibatch go through the model as one packed row
-            holding each distinct prefix once (the prompt, a root's turns up to each replay's anchor), with an
-            ancestry attention mask and per-path position ids, so log-probabilities, loss and gradient equal the
-            padded update's up to rounding at a fraction of its compute (`trace_rl.train.packing`); a model whose
-            attention cannot take the mask falls back to "none" with one log line. "none": one padded row per path.
-            The warm start's SFT batches follow it (`trace_rl.policy.sft.batch_loss`): "tree" runs a batch's
-            examples as one row without padding, each attending to its own tokens only
-            (`trace_rl.policy.segments`; a model that cannot falls back to padded rows with one log line).
-        compile: run the policy update's forward and backward through ``torch.compile(dynamic=True)``
-            (`trace_rl.policy.compiled`; needs a C++ compiler, an error if it cannot compile): the same
-            log-probabilities, loss and gradient up to float32 rounding, a one-off compile of one to two minutes
-            on the first update; about 0.87x the CPU time of an eager update on `multistep` trees at one thread,
-            while at two threads it made the whole step 1.16x slower (docs/benchmarks.md). Off by default. The rollout engine and the reference model stay eager.
     """
 
     lr: float = 5e-5
-    clip: float = 0.2
-    kl_coef: float = 0.0
-    loss_agg: str = "token-mean"
-    estimator: str = "auto"
-    normalize_std: bool = True
-    epochs: int = 1
-    minibatch: int = 0
-    max_grad_norm: float = 1.0
-    micro_tokens: int = 4096
-    minibatches: int = 1
-    zero_advantage_rows: str = "count"
-    loss_scale_tokens: int = 0
     weight_decay: float = 0.01
-    packing: str = "tree"
-    compile: bool = False
 
 
 @dataclass(frozen=True)
@@ -273,14 +236,24 @@ class PredictorSection:
     """
 
     name: str = "tiny"
-    prefix_share: float = 0.06
-    buffer_steps: int = 4
-    updates: int = 8
-    batch_size: int = 32
-    lr: float = 1e-3
+    prefix_share: float = _of(_NEURAL, 0.06, Range(0, 1))
+    buffer_steps: int = _of(_NEURAL, 4, Range(1))
+    updates: int = _of(_NEURAL, 8, Range(0, 10_000, note="0 = the predictor never trains"))
+    batch_size: int = _of(_NEURAL, 32, Range(1))
+    lr: float = _of(_NEURAL, 1e-3, Range(0, lo_open=True))
     warm_start: bool = True
-    history_window: int = 20
-    history_decay: float = 1.0
+    history_window: int = _of(_CONVEX, 20, Range(0, note="0 = keep every outcome"))
+    history_decay: float = _of(_CONVEX, 1.0, Range(0, 1, lo_open=True))
+
+    @property
+    def variant(self) -> str:
+        """ "convex" (`trace_rl.predictor.names.CONVEX_NAMES`: one refit per step) or "neural"."""
+        from trace_rl.predictor.names import CONVEX_NAMES
+
+        return "convex" if self.name in CONVEX_NAMES else "neural"
+
+    def __post_init__(self) -> None:
+        _only_variant(self, self.variant)
 
 
 @dataclass(frozen=True)
@@ -304,14 +277,25 @@ class BackendSection:
             replays run (least recently used first) and lowers backend_replay_cache_hit_rate.
     """
 
-    kind: str = "local"
-    urls: str = ""
-    replicas: int = 1
-    max_in_flight: int = 64
-    dtype: str = "float32"
-    threads: int = 1
-    nice: int = 0
-    kv_cache_gib: int = 1
+    kind: str = field(default="local", metadata={"choices": ("local", "vllm", "sglang")})
+    urls: str = _of(_SERVERS, "")
+    replicas: int = _of(_LAUNCHED, 1, Range(1, 1024, note="servers launched on this machine"))
+    max_in_flight: int = _of(_SERVERS | _IN_FLIGHT, 64, Range(1))
+    dtype: str = _of(_LAUNCHED, "float32", choices=("float32", "bfloat16"))
+    threads: int = _of(_LAUNCHED, 1, Range(1, 1024, note="more threads than cores only oversubscribes them"))
+    nice: int = _of(_LAUNCHED, 0, Range(0, 19, note="niceness only lowers priority"))
+    kv_cache_gib: int = _of(_LAUNCHED, 1, Range(1, 4096, note="whole GiB per launched server"))
+
+    @property
+    def variant(self) -> str:
+        """ "local" (the in-process engine), "launched" (vLLM servers trace-rl starts: kind vllm, no urls) or
+        "servers" (running servers at ``urls``)."""
+        if self.kind == "local":
+            return "local"
+        return "launched" if self.kind == "vllm" and not self.urls.strip() else "servers"
+
+    def __post_init__(self) -> None:
+        _only_variant(self, self.variant)
 
 
 @dataclass(frozen=True)
@@ -351,3 +335,23 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @property
+    def spec(self) -> TraceSpec:
+        """The run's `TraceSpec` (built, hence checked, at each access: `validate` reports its errors by key)."""
+        return TraceSpec.of(
+            self.budget, self.optim, self.sampling, method=self.method, max_turns=self.env.max_turns
+        )
+
+
+SPEC_SECTIONS = {"budget": "budget", "prefix": "budget", "update": "optim", "sampling": "sampling", "": ""}
+"""The config section holding each `TraceSpec` part's keys (``""``: the spec's own, ``method`` at the top and
+``max_turns`` in ``env``): `trace_rl.spec.SpecError` -> the key as a config names it (`spec_key`)."""
+
+
+def spec_key(part: str, key: str) -> str:
+    """The config key of field ``key`` of `TraceSpec` part ``part``: ``optim.minibatches``, ``env.max_turns``."""
+    if part == "" and key == "max_turns":
+        return "env.max_turns"
+    section = SPEC_SECTIONS[part]
+    return f"{section}.{key}" if section else key

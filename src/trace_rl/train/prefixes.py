@@ -194,17 +194,7 @@ def replay_allocator(
                 )
             q = repeat_probability(np.array([a.reward for a in anchors], dtype=np.float64), values)
         t1 = time.perf_counter()
-        cost: np.ndarray | None = None
-        if is_priced:
-            replay = np.array(
-                [a.node != 0 for a in anchors]
-            )  # the depth-0 anchor is a fresh rollout: U units
-            cost = np.full(len(anchors), u, np.int64)
-            if accounting == "token":  # token work is defined for turn prefixes only
-                remaining, full = _token_work(tree, [a for a in anchors if a.node != 0])
-                cost[replay] = token_aware_costs(remaining, full, units_per_rollout=u)
-            else:
-                cost[replay] = round(replay_cost * u)
+        cost = _prices(tree, anchors, accounting, replay_cost, u) if is_priced else None
         if tail is not None:
             tails = tail_anchors(tree, [a.node for a in anchors])
             k = np.asarray(tail(tails, budget, rng_of(task), cost), dtype=np.int64)
@@ -227,6 +217,21 @@ def replay_allocator(
         return PrefixChoice(k, cost, values)
 
     return allocate
+
+
+def _prices(
+    tree: RolloutTree, anchors: Sequence[Anchor], accounting: str, replay_cost: float, u: int
+) -> np.ndarray:
+    """Each anchor's replay cost in integer units (U = ``u`` per rollout): the depth-0 anchor a fresh rollout (U),
+    a turn prefix ``round(replay_cost * U)`` (paper) or its expected remaining tokens' share (token)."""
+    replay = np.array([a.node != 0 for a in anchors])
+    cost = np.full(len(anchors), u, np.int64)
+    if accounting == "token":  # token work is defined for turn prefixes only
+        remaining, full = _token_work(tree, [a for a in anchors if a.node != 0])
+        cost[replay] = token_aware_costs(remaining, full, units_per_rollout=u)
+    else:
+        cost[replay] = round(replay_cost * u)
+    return cost
 
 
 async def _maybe(value: Any) -> Any:

@@ -202,11 +202,18 @@ def resolved_block(trainer: Any) -> dict[str, Any]:
     import torch
 
     from trace_rl.train.prefixes import effective_method
+    from trace_rl.train.step import gen_batch_cap
 
+    cfg = trainer.cfg
+    items = list(
+        dataclasses.asdict(trainer.settings).items()
+    )  # the resolved `UpdateSpec`, and as before issue 60
+    at = [k for k, _ in items].index("max_grad_norm") + 1  # the sampling temperature after max_grad_norm
+    update = dict([*items[:at], ("temperature", cfg.sampling.temperature), *items[at:]])
     return {
-        "update": dataclasses.asdict(trainer.settings),
+        "update": update,
         "device": trainer.device,
         "threads": torch.get_num_threads(),
         "cold_start_method": effective_method(trainer.method, False).name,
-        "max_num_gen_batches": trainer.parts.max_gen_batches,
+        "max_num_gen_batches": gen_batch_cap(cfg.spec, cfg.env.pool_size, trainer.shape.batch_size),
     }

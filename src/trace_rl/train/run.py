@@ -3,7 +3,8 @@
 The run's other jobs live next to it: the supervised warm start in `trace_rl.train.warm_start`, the held-out
 evaluation in `trace_rl.train.evaluation`, checkpoints in `trace_rl.train.checkpoint`, and the run folder (its
 layout, metrics.jsonl, config.json, the CLI's helpers) in `trace_rl.train.rundir`, the data order and the timed env
-factory in `trace_rl.train.data`, loading the policy (checked against the config) in `trace_rl.train.run_policy`.
+factory in `trace_rl.train.data`, loading the policy (checked against the config), its device and optimizer in
+`trace_rl.train.run_policy`.
 Names they own that were importable from here before the split still are (`read_metrics`, `summarize`,
 `resume_config`, `save_probe_outcomes`, ...), but are not this module's `__all__`.
 """
@@ -27,6 +28,8 @@ from trace_rl.train.config import ConfigError, TrainConfig, budget_shape
 from trace_rl.train.data import DataCursor, TimedEnvFactory
 from trace_rl.train.evaluation import evaluate_held_out
 from trace_rl.train.provenance import PROVENANCE_KEY, resolved_block, run_provenance
+from trace_rl.train.run_policy import policy_device as policy_device
+from trace_rl.train.run_policy import policy_optimizer
 from trace_rl.train.rundir import (
     RUN_DIRS,
     RUN_FILES,
@@ -69,20 +72,17 @@ class Trainer:
 
     # ---------------------------------------------------------------------------------------------- set-up
     def setup(self) -> None:
-        import torch
-
         from trace_rl.allocation import AdaptiveState, get_method
         from trace_rl.envs import make_env
         from trace_rl.predictor import build_predictor
         from trace_rl.predictor.capabilities import as_preparable, as_state_aware
-        from trace_rl.predictor.names import CONVEX_NAMES
         from trace_rl.predictor.online import OnlineConfig, OnlineTrainer
         from trace_rl.rollout.agent import ChatCodec
         from trace_rl.rollout.backends import SamplingParams
         from trace_rl.train.run_policy import load_run_policy
         from trace_rl.train.serving import open_backend
         from trace_rl.train.step import StepParts
-        from trace_rl.train.update import policy_update, update_settings
+        from trace_rl.train.update import policy_update
 
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
@@ -116,18 +116,13 @@ class Trainer:
             top_p=cfg.sampling.top_p,
             seed=cfg.seed,
         )
-        self.optimizer = torch.optim.AdamW(
-            self.policy.model.parameters(),
-            lr=cfg.optim.lr,
-            betas=(0.9, 0.95),
-            weight_decay=cfg.optim.weight_decay,
-        )
-        history = (  # the convex predictors' outcome window (config validation rejects it for the others)
+        self.optimizer = policy_optimizer(self.policy.model, cfg)
+        history = (  # the convex predictors' outcome window (their section's variant holds it)
             {
                 "history_window": cfg.predictor.history_window or None,
                 "history_decay": cfg.predictor.history_decay,
             }
-            if cfg.predictor.name in CONVEX_NAMES
+            if cfg.predictor.variant == "convex"
             else {}
         )
         self.predictor = build_predictor(
@@ -162,7 +157,7 @@ class Trainer:
         self.probe_charge: dict[str, Any] | None = None
         if ckpt is None and cfg.predictor.warm_start and (policy_dir / PROBE_FILE).exists():
             self._warm_predictor(policy_dir / PROBE_FILE)
-        self.settings = update_settings(cfg)
+        self.settings = cfg.spec.resolved_update(cfg.env.name)  # "auto" resolved: provenance records it
         self.ref_model = self._reference_model(ckpt) if cfg.optim.kl_coef > 0 else None
 
         def update(trees: list[Any]) -> dict[str, float]:
@@ -174,6 +169,7 @@ class Trainer:
                 pad_id=self.pad_id,
                 rng=self.update_rng,
                 ref_model=self.ref_model,
+                temperature=cfg.sampling.temperature,
             )
             self.serving.sync(self.policy)  # the backend generates from the new weights from now on
             return stats
@@ -186,16 +182,8 @@ class Trainer:
             predictor=self.predictor,
             online=self.online,
             update_policy=update,
-            max_turns=cfg.env.max_turns,
-            max_concurrency=cfg.sampling.max_concurrency,
-            accounting=cfg.budget.accounting,
-            max_gen_batches=cfg.budget.max_num_gen_batches or cfg.env.pool_size // self.shape.batch_size,
-            prefix_objective=cfg.budget.prefix_objective,
-            sibling_weight=cfg.budget.sibling_weight,
-            state_evidence=cfg.budget.state_evidence,
+            spec=cfg.spec,
             adaptive=AdaptiveState() if self.method.adaptive else None,
-            coverage=cfg.budget.coverage,
-            normalize_std=cfg.optim.normalize_std,
         )
         if ckpt is not None:
             self._load_checkpoint(ckpt)
@@ -444,22 +432,6 @@ def _seed_and_threads(cfg: TrainConfig) -> None:
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     torch.set_num_threads(cfg.threads or max(1, min(os.cpu_count() or 1, 4)))
-
-
-def policy_device(cfg: TrainConfig) -> str:
-    """The torch device for the policy: ``cfg.device``, with "auto" = cuda when available, else cpu."""
-    import torch
-
-    if cfg.device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if cfg.device.startswith("cuda"):
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        index = int(cfg.device.partition(":")[2] or 0)
-        if index >= count:
-            raise ConfigError(
-                f"device={cfg.device!r} but torch sees {count} CUDA device(s); use device=auto or cpu"
-            )
-    return cfg.device
 
 
 def _quiet_transformers() -> None:

@@ -1,6 +1,6 @@
 """A training run's policy: `load_run_policy` loads it (`trace_rl.policy.load_policy`) and checks the run's config
 against it (`check_context`), so that a setting only the loaded model can refuse is one line before anything is
-generated."""
+generated; `policy_device` is where it runs, `policy_optimizer` what trains it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from trace_rl.train.config import ConfigError, TrainConfig
 
-__all__ = ["check_context", "load_run_policy"]
+__all__ = ["check_context", "load_run_policy", "policy_device", "policy_optimizer"]
 
 
 def load_run_policy(cfg: TrainConfig, name: str | Path) -> Any:
@@ -41,3 +41,28 @@ def check_context(cfg: TrainConfig, policy: Any) -> None:
             f"sampling.max_new_tokens: must be below the context of policy {cfg.policy.name} ({context} tokens, "
             f"its max_position_embeddings; a turn also holds its prompt), got {wanted}"
         )
+
+
+def policy_optimizer(model: Any, cfg: TrainConfig) -> Any:
+    """The RL policy's AdamW (betas 0.9, 0.95; ``optim.lr``, ``optim.weight_decay``)."""
+    import torch
+
+    return torch.optim.AdamW(
+        model.parameters(), lr=cfg.optim.lr, betas=(0.9, 0.95), weight_decay=cfg.optim.weight_decay
+    )
+
+
+def policy_device(cfg: TrainConfig) -> str:
+    """The torch device for the policy: ``cfg.device``, with "auto" = cuda when available, else cpu."""
+    import torch
+
+    if cfg.device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if cfg.device.startswith("cuda"):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(cfg.device.partition(":")[2] or 0)
+        if index >= count:
+            raise ConfigError(
+                f"device={cfg.device!r} but torch sees {count} CUDA device(s); use device=auto or cpu"
+            )
+    return cfg.device

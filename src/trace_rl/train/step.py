@@ -13,6 +13,9 @@ repeats stages 2-3 over prompts not drawn yet until its batch holds batch_size m
 Until the predictor has been
 updated once (cold start) its estimates are only a prior, so methods that use it fall back to uniform
 allocation: flat methods to GRPO's random batch, tree methods to TreePO's uniform roots and random anchors.
+
+The record's fields are computed in `trace_rl.train.step_record` (`replay_flips` and `fresh_rollouts_on_mixed`
+stay importable from here); TRACE's settings come with the parts (`StepParts.spec`, `trace_rl.spec`).
 """
 
 from __future__ import annotations
@@ -27,24 +30,24 @@ from typing import Any
 import numpy as np
 
 from trace_rl.allocation import SIBLING_WEIGHT, UNITS_PER_ROLLOUT, BudgetShape, Method, trace_prefixes
-from trace_rl.allocation.adaptive import COVERAGE, AdaptiveState, adaptive_roots
+from trace_rl.allocation.adaptive import AdaptiveState, adaptive_roots
 from trace_rl.errors import DataError
 from trace_rl.metrics import (
-    effective_ratio,
     is_effective,
-    mixed_sibling_share,
     replay_depth_histogram,
-    signal_per_token,
 )
 from trace_rl.predictor.capabilities import as_group_aware, as_state_aware, example_weighting
 from trace_rl.predictor.consensus import examples_consensus
 from trace_rl.predictor.examples import node_examples
 from trace_rl.predictor.policy_state import node_contexts
 from trace_rl.predictor.serialize import serialize_anchor
-from trace_rl.rollout.expansion import PromptResult, ReplayAllocator, roots_mixed
+from trace_rl.rollout.expansion import PromptResult, ReplayAllocator
 from trace_rl.rollout.scheduler import run_plan
+from trace_rl.spec import TraceSpec
 from trace_rl.train.prefixes import anchor_values, effective_method, prefix_budget, replay_allocator
 from trace_rl.train.selection import observe_adaptive, selection_fields
+from trace_rl.train.step_record import fresh_rollouts_on_mixed as fresh_rollouts_on_mixed
+from trace_rl.train.step_record import predictor_fields, replay_flips, step_counts
 from trace_rl.tree import RolloutTree
 from trace_rl.types import RootPlan, Task
 
@@ -54,6 +57,7 @@ __all__ = [
     "anchor_values",
     "effective_method",
     "fresh_rollouts_on_mixed",
+    "gen_batch_cap",
     "prefix_callback",
     "prefix_objective_applies",
     "replay_flips",
@@ -63,7 +67,8 @@ __all__ = [
 
 @dataclass
 class StepParts:
-    """What a step needs besides the method: engines, environment, predictor and the policy update.
+    """What a step needs besides the method: engines, environment, predictor, the policy update and TRACE's
+    settings.
 
     Attributes:
         backend: generation backend (e.g. `trace_rl.rollout.engine.LocalEngine`).
@@ -75,17 +80,12 @@ class StepParts:
             `trace_rl.predictor.capabilities`).
         online: the predictor's `OnlineTrainer` (observe_step after each step).
         update_policy: callable(trees) -> dict of update metrics (runs the optimizer).
-        max_turns, max_concurrency: episode and scheduler limits.
-        accounting: "paper" or "token" (DESIGN.md section 2).
-        max_gen_batches: `dapo`'s cap on the batches one step draws (budget.max_num_gen_batches).
-        prefix_objective: "paper" or "contrast" (budget.prefix_objective): the objective of the prefix stage of
-            the methods whose prefix strategy is `trace_prefixes` (docs/allocation.md, "The contrast objective").
-        sibling_weight: the contrast objective's weight of the sibling terms (budget.sibling_weight).
-        state_evidence: value the anchors of those methods by the predictor's posterior given the root rollouts
-            in each anchor's environment state (budget.state_evidence; docs/predictor.md, group-aware predictor).
-        adaptive: `trace_adaptive`'s measurements of earlier steps (None for the other methods); coverage: its
-            share of uniformly drawn prompts (budget.coverage); normalize_std: its root value's normalisation
-            (optim.normalize_std).
+        spec: the run's `trace_rl.spec.TraceSpec`: episode and scheduler limits (``max_turns``,
+            ``sampling.max_concurrency``), the accounting, `dapo`'s draw cap (``budget.max_num_gen_batches``; 0:
+            the pool's batches), the prefix stage's options (``prefix``: its objective applies to the methods whose
+            prefix strategy is `trace_prefixes`, docs/allocation.md) and `trace_adaptive`'s coverage and root value
+            normalisation (``budget.coverage``, ``update.normalize_std``).
+        adaptive: `trace_adaptive`'s measurements of earlier steps (None for the other methods).
     """
 
     backend: Any
@@ -95,16 +95,8 @@ class StepParts:
     predictor: Any
     online: Any
     update_policy: Callable[[list[RolloutTree]], dict[str, float]]
-    max_turns: int = 4
-    max_concurrency: int = 64
-    accounting: str = "paper"
-    max_gen_batches: int = 1
-    prefix_objective: str = "paper"
-    sibling_weight: float = SIBLING_WEIGHT
-    state_evidence: bool = False
+    spec: TraceSpec = field(default_factory=TraceSpec)
     adaptive: AdaptiveState | None = None
-    coverage: float = COVERAGE
-    normalize_std: bool = True
     timers: dict[str, float] = field(default_factory=dict)
 
     def tick(self, key: str, seconds: float) -> None:
@@ -127,20 +119,21 @@ def prefix_callback(
     accounting or a fresh anchor, where a replay from anchor j costs ceil(U * remaining_j / mean rollout
     tokens), remaining_j being the model tokens the original rollout generated after anchor j).
 
-    ``parts.prefix_objective`` applies to a method whose prefix strategy is `trace_prefixes` (the configured method
-    is checked by the config); the cold-start fallback (TreePO's random anchors, `effective_method`) has none.
+    ``parts.spec.prefix`` applies to a method whose prefix strategy is `trace_prefixes` (the configured method
+    is checked by the spec); the cold-start fallback (TreePO's random anchors, `effective_method`) has none.
     """
-    contrast = parts.prefix_objective == "contrast" and prefix_objective_applies(method)
+    prefix = parts.spec.prefix
+    contrast = prefix.prefix_objective == "contrast" and prefix_objective_applies(method)
     return replay_allocator(
         method,
         parts.predictor,
         replay_cost=shape.replay_cost,
-        accounting=parts.accounting,
+        accounting=parts.spec.budget.accounting,
         rng_of=lambda task: prompt_rngs[task.id],
         tick=parts.tick,
         objective="contrast" if contrast else "paper",
-        sibling_weight=parts.sibling_weight if contrast else SIBLING_WEIGHT,
-        state_evidence=parts.state_evidence and prefix_objective_applies(method),
+        sibling_weight=prefix.sibling_weight if contrast else SIBLING_WEIGHT,
+        state_evidence=prefix.state_evidence and prefix_objective_applies(method),
     )
 
 
@@ -191,23 +184,7 @@ def training_step(
         generated, results, draws = _dynamic_sampling(pool, used, shape, parts, rng, budget_left)
         plan_active = sum(len(r.roots) > 0 for r in generated)
     else:
-        t0 = time.perf_counter()
-        plan: RootPlan
-        if not used.adaptive:
-            plan = used.roots(v, shape, rng)
-        elif parts.adaptive is None:
-            raise ValueError(f"method {used.name} needs StepParts.adaptive, the run's AdaptiveState")
-        else:
-            plan = adaptive_roots(
-                v, shape, rng, parts.adaptive, coverage=parts.coverage, normalize_std=parts.normalize_std
-            )
-        # local budgets in the allocator's units: replays, or integer cost units (token accounting, fresh anchor)
-        budgets = [
-            prefix_budget(float(x), shape.replay_cost, method=used, accounting=parts.accounting)[0]
-            for x in plan.replay_budget
-        ]
-        plan = dataclasses.replace(plan, replay_budget=np.asarray(budgets, dtype=np.float64))
-        parts.tick("allocation", time.perf_counter() - t0)
+        plan = _root_plan(v, used, shape, parts, rng)
         prompt_rngs = _prompt_rngs(pool, rng)
         results = _run_roots_and_prefixes(plan, pool, used, shape, parts, rng, prompt_rngs)
         generated = results
@@ -243,66 +220,28 @@ def training_step(
     parts.tick("update", time.perf_counter() - t0)
 
     wall = time.perf_counter() - t_start
-    roots = [e for r in generated for e in r.roots]
-    replays = [e for r in generated for _, e in r.replays]
-    depths = [int(ep.start_depth) for ep in replays]
-    hist: list[int] = (
-        np.bincount(np.asarray(depths, dtype=np.int64), minlength=parts.max_turns + 1).tolist()
-        if depths
-        else []
-    )
-    tokens = int(sum(r.sampled_tokens for r in generated))
     record: dict[str, Any] = {
         "step": step,
         "method": method.name,
         "allocation": used.name,
         # the prefix stage's objective this step ("contrast" only where it applies: not at cold start)
         "prefix_objective": (
-            parts.prefix_objective if prefix_objective_applies(used) and used.has_replays else "paper"
+            parts.spec.prefix.prefix_objective
+            if prefix_objective_applies(used) and used.has_replays
+            else "paper"
         ),
-        "state_evidence": float(parts.state_evidence and prefix_objective_applies(used) and used.has_replays),
+        "state_evidence": float(
+            parts.spec.prefix.state_evidence and prefix_objective_applies(used) and used.has_replays
+        ),
         "predictor_warm": float(warm),
-        "budget_spent": float(sum(r.spent for r in generated)),
-        "budget_total": shape.total,
-        # prefix budget a prompt could not spend (rollout-equivalents), and the prompts without turn prefixes
-        # whose whole prefix budget bought fresh rollouts (docs/rollout.md, "Prompts without anchors")
-        "budget_unspent": float(sum(r.unspent for r in generated)),
-        "prompts_without_anchors": sum(1 for r in generated if r.anchorless),
-        # over every group generated this step (dapo: the dropped ones too); trained_*: the groups trained on
-        "effective_ratio": effective_ratio([r.tree for r in generated]) if generated else 0.0,
-        "trained_effective_ratio": effective_ratio(trees) if trees else 0.0,
-        "trained_groups": len(trees),
-        "gen_batches": draws,
-        "mixed_sibling_share": mixed_sibling_share(trees) if trees else float("nan"),
-        "signal_path_share": (
-            update_metrics["rows"] / update_metrics["paths"] if update_metrics.get("paths") else 0.0
+        **step_counts(
+            generated, trees, update_metrics, plan_active, len(pool), draws, shape, parts.spec.max_turns
         ),
-        "adv_sq_per_token": signal_per_token(update_metrics.get("adv_sq", 0.0), tokens),
-        "optimizer_steps": int(update_metrics.get("optimizer_steps", 0)),
-        "success_rate": float(np.mean([e.reward for e in roots])) if roots else 0.0,
-        "skip_rate": 1.0 - plan_active / max(len(pool), 1),
-        "active_prompts": plan_active,
-        "root_rollouts": len(roots),
-        "replays": len(replays),
-        "rollouts_generated": len(roots) + len(replays),
-        # root rollouts per active prompt (fresh ones included): 0 when every prompt got the same count
-        "root_count_std": float(np.std([len(r.roots) for r in generated])) if generated else 0.0,
-        "fresh_rollouts": sum(r.fresh for r in generated),
-        "fresh_rollouts_on_mixed": fresh_rollouts_on_mixed(generated),
-        "replay_depths": [int(x) for x in hist],
-        "rollouts_per_active_prompt": (len(roots) + len(replays)) / max(plan_active, 1),
-        "turns_per_rollout": float(np.mean([len(e.turns) for e in roots])) if roots else 0.0,
-        "tokens_generated": tokens,
-        "tool_calls": sum(_tool_calls(t.info) for e in roots + replays for t in e.turns),
-        # tool calls whose tool failed (e.g. a retrieval server down: an error observation) and their retries
-        "tool_errors": sum(_info_count(t.info, "tool_errors") for e in roots + replays for t in e.turns),
-        "tool_retries": sum(_info_count(t.info, "tool_retries") for e in roots + replays for t in e.turns),
         "wall_s": wall,
-        "time_generation_s": parts.timers.get("generation", 0.0),
-        "time_tools_s": parts.timers.get("tools", 0.0),
-        "time_predictor_s": parts.timers.get("predictor", 0.0),
-        "time_allocation_s": parts.timers.get("allocation", 0.0),
-        "time_update_s": parts.timers.get("update", 0.0),
+        **{
+            f"time_{k}_s": parts.timers.get(k, 0.0)
+            for k in ("generation", "tools", "predictor", "allocation", "update")
+        },
     }
     record.update(replay_flips(generated))
     record.update(selection_fields(pool, v, generated))  # predictor ranking and selection drift (issue 58)
@@ -310,14 +249,44 @@ def training_step(
     if parts.adaptive is not None:  # trace_adaptive: what this step measured, for the next steps' allocation
         observe_adaptive(parts.adaptive, pool, v, generated, record, estimates_used=used.adaptive)
     record["predictor_share"] = record["time_predictor_s"] / wall if wall > 0 else 0.0
-    record.update(_predictor_fields(pred_metrics))
+    record.update(predictor_fields(pred_metrics))
     record["predictor_warm"] = float(
         warm
     )  # the state the allocation used (the online trainer reports it after training)
     record.update({f"update_{k}": v for k, v in update_metrics.items()})
-    if depths:
+    if record["replays"]:
         record["replay_depth_histogram"] = replay_depth_histogram([r.tree for r in generated]).tolist()
     return record, results
+
+
+def _root_plan(
+    v: np.ndarray, used: Method, shape: BudgetShape, parts: StepParts, rng: np.random.Generator
+) -> RootPlan:
+    """Stage 2: the method's root allocation of the scored pool, each prompt's replay budget in the prefix
+    allocator's units (replays, or integer cost units under token accounting or a fresh anchor)."""
+    t0 = time.perf_counter()
+    plan: RootPlan
+    if not used.adaptive:
+        plan = used.roots(v, shape, rng)
+    elif parts.adaptive is None:
+        raise ValueError(f"method {used.name} needs StepParts.adaptive, the run's AdaptiveState")
+    else:
+        plan = adaptive_roots(
+            v,
+            shape,
+            rng,
+            parts.adaptive,
+            coverage=parts.spec.budget.coverage,
+            normalize_std=parts.spec.update.normalize_std,
+        )
+    # local budgets in the allocator's units: replays, or integer cost units (token accounting, fresh anchor)
+    budgets = [
+        prefix_budget(float(x), shape.replay_cost, method=used, accounting=parts.spec.budget.accounting)[0]
+        for x in plan.replay_budget
+    ]
+    plan = dataclasses.replace(plan, replay_budget=np.asarray(budgets, dtype=np.float64))
+    parts.tick("allocation", time.perf_counter() - t0)
+    return plan
 
 
 def _run_roots_and_prefixes(
@@ -343,10 +312,10 @@ def _run_roots_and_prefixes(
             parts.codec,
             parts.sampling,
             prefix_callback(used, parts, shape, prompt_rngs),
-            max_turns=parts.max_turns,
-            max_concurrency=parts.max_concurrency,
+            max_turns=parts.spec.max_turns,
+            max_concurrency=parts.spec.sampling.max_concurrency,
             replay_cost=shape.replay_cost,
-            unit=prefix_budget(0, shape.replay_cost, method=used, accounting=parts.accounting)[1],
+            unit=prefix_budget(0, shape.replay_cost, method=used, accounting=parts.spec.budget.accounting)[1],
             seed=int(rng.integers(2**31)),
             tree_factory=lambda ids, meta: RolloutTree.new(prompt_ids=ids, meta=meta),
             fresh_anchor=used.fresh,
@@ -391,7 +360,7 @@ def _dynamic_sampling(
 
     Draw batches of ``shape.batch_size`` prompts not drawn yet this step (uniformly at random from the pool),
     ``shape.group_size`` rollouts each; keep the groups whose rewards are mixed; stop once ``batch_size`` mixed
-    groups are kept, ``parts.max_gen_batches`` batches were drawn, the pool has no full batch left, or the next
+    groups are kept, `gen_batch_cap` batches were drawn, the pool has no full batch left, or the next
     draw would overspend ``budget_left``. The kept groups are cut to ``batch_size`` (verl keeps the first
     train_batch_size groups). Where verl raises once its cap is reached, this step trains on what it filled
     (a run must not stop halfway); every rollout generated, kept or dropped, is spent.
@@ -406,7 +375,8 @@ def _dynamic_sampling(
     kept: list[PromptResult] = []
     draws = 0
     spent = 0.0
-    while len(kept) < batch and draws < parts.max_gen_batches and (draws + 1) * batch <= len(pool):
+    cap = gen_batch_cap(parts.spec, len(pool), batch)
+    while len(kept) < batch and draws < cap and (draws + 1) * batch <= len(pool):
         if budget_left is not None and spent + batch * n > budget_left + 1e-9:
             break
         rollouts = np.zeros(len(pool), dtype=np.int64)
@@ -420,80 +390,7 @@ def _dynamic_sampling(
     return generated, kept[:batch], draws
 
 
-def fresh_rollouts_on_mixed(results: Sequence[PromptResult]) -> int:
-    """Fresh rollouts (``trace_fresh``'s depth-0 anchor) bought for prompts whose root rollouts were already mixed.
-
-    A fresh rollout adds tree-level contrast only to a prompt whose roots all share one reward; the scheduler
-    offers the depth-0 anchor only then, so this count stays 0 (docs/allocation.md). It is computed from the
-    results, independently of the scheduler: the first ``len(roots) - fresh`` roots are the planned ones. Fresh
-    rollouts of a prompt without turn prefixes (``anchorless``: its whole budget buys fresh rollouts, docs/rollout.md)
-    are not counted: they are the only way that prompt's budget is spent.
-    """
-    return sum(
-        r.fresh
-        for r in results
-        if r.fresh and not getattr(r, "anchorless", False) and roots_mixed(r.roots[: len(r.roots) - r.fresh])
-    )
-
-
-def replay_flips(results: Sequence[PromptResult]) -> dict[str, float]:
-    """How often replays flip the ending, next to how often fresh rollouts of the same prompts would.
-
-    ``replay_flip_rate``: share of replays whose terminal reward differs from that of the rollout their anchor lies
-    on (NaN: no replays); ``replay_flip_rate_depth_<d>`` per anchor depth d. ``fresh_flip_rate`` (and
-    ``fresh_flip_rate_depth_<d>``): for the same replays, the share of the prompt's other root rollouts whose
-    reward differs from that rollout's, i.e. the flip rate a fresh rollout of the same prompt would have had in
-    its place (DEMO_HEADROOM section 5 measures both the same way). Their ratio says what a replay from depth d is
-    worth against a fresh rollout for making a group mixed.
-
-    Counts, so that a run's flips per replay and per generated token by depth sum over steps exactly (rates of
-    steps do not): ``replay_flips_depth_<d>`` (replays from depth d that flipped) and ``replay_tokens_depth_<d>``
-    (model tokens those replays sampled; tool output not counted). Depths with no replay are absent.
-    """
-    flips: dict[int, list[float]] = {}
-    fresh: dict[int, list[float]] = {}
-    tokens: dict[int, int] = {}
-    for r in results:
-        leaf = r.tree.chain_leaf()
-        reward = r.tree.reward
-        roots = np.array([float(e.reward) for e in r.roots])
-        for node, ep in r.replays:
-            original = float(reward[int(leaf[int(node)])])
-            d = int(ep.start_depth)
-            flips.setdefault(d, []).append(float(abs(float(ep.reward) - original) > 1e-6))
-            tokens[d] = tokens.get(d, 0) + int(ep.sampled_tokens)
-            if len(roots) > 1:  # the original is one of the roots with this reward: leave it out
-                fresh.setdefault(d, []).append(
-                    float(np.sum(np.abs(roots - original) > 1e-6)) / (len(roots) - 1)
-                )
-    out: dict[str, float] = {}
-    for name, table in (("replay_flip_rate", flips), ("fresh_flip_rate", fresh)):
-        every = [f for fs in table.values() for f in fs]
-        out[name] = float(np.mean(every)) if every else float("nan")
-        out.update({f"{name}_depth_{d}": float(np.mean(fs)) for d, fs in sorted(table.items())})
-    out.update({f"replay_flips_depth_{d}": int(sum(fs)) for d, fs in sorted(flips.items())})
-    out.update({f"replay_tokens_depth_{d}": n for d, n in sorted(tokens.items())})
-    return out
-
-
-def _tool_calls(info: dict[str, Any]) -> int:
-    """Tool calls a turn made (envs list one tool result per call in info["tool_results"])."""
-    results = info.get("tool_results")
-    return len(results) if isinstance(results, list) else 0
-
-
-def _info_count(info: dict[str, Any], key: str) -> int:
-    """A count an env reported in a turn's info (0 where it reports none)."""
-    value = info.get(key, 0)
-    return int(value) if isinstance(value, int | float) else 0
-
-
-def _predictor_fields(metrics: dict[str, Any]) -> dict[str, Any]:
-    """The online trainer's report ("predictor/mse", "predictor/mse_depth_1", ...) as flat log fields
-    ("predictor_mse", "predictor_mse_depth_1", ...); NaN placeholders when nothing was scored."""
-    out: dict[str, Any] = {"predictor_mse": float("nan"), "predictor_spearman": float("nan")}
-    for key, value in metrics.items():
-        if isinstance(value, bool | int | float):
-            name = key.replace("/", "_") if key.startswith("predictor") else f"predictor_{key}"
-            out[name] = float(value)
-    return out
+def gen_batch_cap(spec: TraceSpec, pool_size: int, batch_size: int) -> int:
+    """`dapo`'s cap on the batches of ``batch_size`` prompts one step draws: ``budget.max_num_gen_batches``, or
+    (0) every full batch of a pool of ``pool_size`` prompts."""
+    return spec.budget.max_num_gen_batches or pool_size // batch_size

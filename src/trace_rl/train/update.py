@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,6 +37,7 @@ from trace_rl.advantages import grpo_advantages, token_advantages, tree_grpo_adv
 from trace_rl.advantages.tokens import PathTokens
 from trace_rl.policy.compiled import compile_failure, compiled, strict
 from trace_rl.policy.logprobs import logprob_strategy
+from trace_rl.spec import UpdateSpec
 from trace_rl.train.logprobs import sequence_logprobs
 from trace_rl.train.packing import (
     CHAIN_ROW_TOKENS,
@@ -56,64 +56,17 @@ ESTIMATORS: dict[str, Callable[..., np.ndarray]] = {
 }
 
 
-PACKINGS = ("tree", "none")
-"""``optim.packing``: "tree" (shared prefixes computed once, `trace_rl.train.packing`) or "none" (padded rows)."""
-
-
-@dataclass(frozen=True)
-class UpdateSettings:
-    """Policy-update settings (see `trace_rl.train.config.OptimSection`); temperature is the sampling temperature
-    at which log-probabilities are recomputed.
-    """
-
-    estimator: str = "treerpo"
-    normalize_std: bool = True
-    clip: float = 0.2
-    kl_coef: float = 0.0
-    loss_agg: str = "token-mean"
-    epochs: int = 1
-    minibatch: int = 0
-    max_grad_norm: float = 1.0
-    temperature: float = 1.0
-    micro_tokens: int = 4096
-    minibatches: int = 1
-    zero_advantage_rows: str = "count"
-    loss_scale_tokens: int = 0
-    packing: str = "tree"
-    compile: bool = False
-
-    def __post_init__(self) -> None:
-        if (self.minibatches > 0) == (self.minibatch > 0):
-            raise ValueError(
-                "set exactly one of minibatches (optimizer steps per epoch, the same for every method) and "
-                f"minibatch (paths per optimizer step); got minibatches={self.minibatches}, minibatch={self.minibatch}"
-            )
-        if self.minibatches < 0 or self.minibatch < 0 or self.epochs < 1:
-            raise ValueError("minibatches, minibatch must be >= 0 and epochs >= 1")
-        if self.zero_advantage_rows not in ("count", "drop"):
-            raise ValueError(
-                f"zero_advantage_rows must be 'count' or 'drop', got {self.zero_advantage_rows!r}"
-            )
-        if self.packing not in PACKINGS:
-            raise ValueError(f"packing must be one of {', '.join(PACKINGS)}, got {self.packing!r}")
-        if (self.loss_agg == "seq-mean-token-sum-norm") != (self.loss_scale_tokens > 0):
-            raise ValueError(
-                "loss_scale_tokens (Dr. GRPO's constant L) must be > 0 with loss_agg='seq-mean-token-sum-norm' "
-                f"and 0 otherwise; got loss_agg={self.loss_agg!r}, loss_scale_tokens={self.loss_scale_tokens}"
-            )
-
-
 def has_signal(row: PathTokens) -> bool:
     """Whether any token advantage of a path is farther than ``REWARD_ATOL`` (1e-6) from 0."""
     return bool(np.any(np.abs(row.advantages) > REWARD_ATOL))
 
 
-def training_rows(trees: Sequence[RolloutTree], settings: UpdateSettings) -> list[PathTokens]:
+def training_rows(trees: Sequence[RolloutTree], settings: UpdateSpec) -> list[PathTokens]:
     """The paths of `path_rows` that carry a gradient signal (`has_signal`); the others are dropped."""
     return [r for r in path_rows(trees, settings) if has_signal(r)]
 
 
-def path_rows(trees: Sequence[RolloutTree], settings: UpdateSettings) -> list[PathTokens]:
+def path_rows(trees: Sequence[RolloutTree], settings: UpdateSpec) -> list[PathTokens]:
     """One PathTokens per leaf of every tree (root-to-leaf path), with the estimator's token advantages.
 
     Raises:
@@ -148,7 +101,7 @@ TOKEN_STATS = ("clip_fraction", "approx_kl")  # means over a minibatch's masked-
 
 def micro_batches(
     batch: Sequence[PathTokens],
-    settings: UpdateSettings,
+    settings: UpdateSpec,
     *,
     total_tokens: float | None = None,
     total_rows: int | None = None,
@@ -184,7 +137,7 @@ def micro_batches(
 def _pass_weights(
     group: Sequence[PathTokens],
     batch: Sequence[PathTokens],
-    settings: UpdateSettings,
+    settings: UpdateSpec,
     total_tokens: float | None,
     total_rows: int | None,
 ) -> tuple[float, float]:
@@ -198,7 +151,7 @@ def _pass_weights(
 
 def forward_passes(
     batch: Sequence[PathTokens],
-    settings: UpdateSettings,
+    settings: UpdateSpec,
     *,
     packed: bool,
     total_tokens: float | None = None,
@@ -242,11 +195,12 @@ def _micro_loss(
     model: Any,
     micro: Sequence[PathTokens],
     span: int,
-    settings: UpdateSettings,
+    settings: UpdateSpec,
     pad_id: int,
     ref_model: Any | None,
     packed_rows: Sequence[Sequence[int]] | None = None,
     chains: bool = False,
+    temperature: float = 1.0,
 ) -> tuple[Any, dict[str, Any]]:
     """`policy_loss` of one micro-batch, its (B, T) tensors padded to the whole minibatch's span T; log-probs from
     packed rows (`packed_logprobs`, without padding with ``chains``) when ``packed_rows`` is given (the reference
@@ -259,13 +213,13 @@ def _micro_loss(
     mask = _pad([r.loss_mask for r in micro], span, torch.float32).to(device)
     old = _pad([r.logprobs for r in micro], span, torch.float32).to(device)
     adv = _pad([r.advantages for r in micro], span, torch.float32).to(device)
-    new = _logprobs(model, micro, packed_rows, settings.temperature, pad_id, span, chains)
+    new = _logprobs(model, micro, packed_rows, temperature, pad_id, span, chains)
     ref = None
     if settings.kl_coef > 0 and ref_model is not None:
         with torch.no_grad():
             ref_rows = packed_rows if packed_rows is not None and tree_mask_support(ref_model) else None
             ref_chains = chains and ref_rows is not None and logprob_strategy(ref_model).name == "chains"
-            ref = _logprobs(ref_model, micro, ref_rows, settings.temperature, pad_id, span, ref_chains)
+            ref = _logprobs(ref_model, micro, ref_rows, temperature, pad_id, span, ref_chains)
     return policy_loss(
         new,
         old,
@@ -293,7 +247,7 @@ def _logprobs(
     return packed_logprobs(model, rows, packed_rows, temperature, pad_id, span, chains=chains)
 
 
-def minibatch_split(n: int, settings: UpdateSettings, rng: np.random.Generator) -> list[np.ndarray]:
+def minibatch_split(n: int, settings: UpdateSpec, rng: np.random.Generator) -> list[np.ndarray]:
     """Indices of n paths per optimizer step of one epoch, in a random order from ``rng``.
 
     ``minibatches`` > 0: exactly that many minibatches, sizes differing by at most one (some empty when
@@ -310,15 +264,18 @@ def policy_update(
     model: Any,
     optimizer: Any,
     trees: Sequence[RolloutTree],
-    settings: UpdateSettings,
+    settings: UpdateSpec,
     *,
     pad_id: int,
     rng: np.random.Generator,
     ref_model: Any | None = None,
+    temperature: float = 1.0,
     strategy: str | None = None,
     row_tokens: int | None = None,
 ) -> dict[str, float]:
     """Clipped-surrogate update of ``model`` on the trees' paths (PPO/GRPO loss, trace_rl.advantages.losses).
+
+    ``settings``: `TraceSpec.resolved_update`'s; ``temperature``: the sampling's, the log-probabilities' too.
 
     ``epochs`` x ``minibatches`` optimizer steps (`minibatch_split`), whatever the number of paths; each
     minibatch's loss is normalised over all its paths under ``zero_advantage_rows="count"`` (verl's `agg_loss`)
@@ -347,6 +304,8 @@ def policy_update(
     """
     import torch
 
+    if settings.loss_agg == "seq-mean-token-sum-norm" and settings.loss_scale_tokens <= 0:
+        raise ValueError("loss_scale_tokens (Dr. GRPO's L) must be > 0: TraceSpec.resolved_update sets it")
     paths = path_rows(trees, settings)
     signal = [has_signal(r) for r in paths]
     kl_active = settings.kl_coef > 0 and ref_model is not None
@@ -385,7 +344,15 @@ def policy_update(
                     try:  # the backward too: inductor compiles it on its first call
                         with strict() if settings.compile else contextlib.nullcontext():
                             loss, info = _micro_loss(
-                                net, micro, span, settings, pad_id, ref_model, packed_rows, chains
+                                net,
+                                micro,
+                                span,
+                                settings,
+                                pad_id,
+                                ref_model,
+                                packed_rows,
+                                chains,
+                                temperature,
                             )
                             (loss * scale).backward()  # gradients accumulate to the whole minibatch's loss's
                     except Exception as err:
@@ -416,31 +383,3 @@ def policy_update(
     out["packed"] = float(packed)
     out["forward_tokens"] = float(computed)
     return out
-
-
-def update_settings(cfg: Any) -> UpdateSettings:
-    """The `UpdateSettings` of a `TrainConfig` (optim section, the sampling temperature, the resolved estimator
-    and Dr. GRPO's constant L = sampling.max_new_tokens x env.max_turns when optim.loss_scale_tokens is 0)."""
-    from trace_rl.train.config import estimator_for
-
-    o = cfg.optim
-    scale = o.loss_scale_tokens
-    if o.loss_agg == "seq-mean-token-sum-norm" and scale == 0:
-        scale = cfg.sampling.max_new_tokens * cfg.env.max_turns
-    return UpdateSettings(
-        estimator=estimator_for(cfg),
-        normalize_std=o.normalize_std,
-        clip=o.clip,
-        kl_coef=o.kl_coef,
-        loss_agg=o.loss_agg,
-        epochs=o.epochs,
-        minibatch=o.minibatch,
-        max_grad_norm=o.max_grad_norm,
-        temperature=cfg.sampling.temperature,
-        micro_tokens=o.micro_tokens,
-        minibatches=o.minibatches,
-        zero_advantage_rows=o.zero_advantage_rows,
-        loss_scale_tokens=scale,
-        packing=o.packing,
-        compile=o.compile,
-    )

@@ -68,7 +68,7 @@ def warm_start_policy(
     raises `WarmStartError`, ``out/sft/`` holds sft.json and no policy.
     """
     from trace_rl.envs import gold_trajectory, make_env
-    from trace_rl.policy.sft import SFTConfig, build_sft_examples, train_sft
+    from trace_rl.policy.sft import build_sft_examples, train_sft
     from trace_rl.rollout.backends import SamplingParams
     from trace_rl.rollout.evaluate import spread_metrics
 
@@ -107,20 +107,7 @@ def warm_start_policy(
             and metrics.get("mixed_share", 0.0) >= pol.sft_stop_mixed
         )
 
-    every = (
-        pol.sft_eval_every if stop_rule else max(math.ceil(pol.sft_steps / pol.sft_evals), 1)
-    )  # without a stop rule the last probe falls on the last step
-    sft_cfg = SFTConfig(
-        steps=pol.sft_steps,
-        batch_size=pol.sft_batch,
-        lr=pol.sft_lr,
-        eval_every=every,
-        seed=cfg.seed,
-        min_steps=pol.sft_min_steps,
-        packing=cfg.optim.packing,  # the same loss up to rounding either way, like threads: not in the manifest
-        dtype=pol.sft_dtype,
-        compile=pol.sft_compile,  # the same loss up to rounding: not in the manifest (like packing)
-    )
+    sft_cfg = _sft_config(cfg)
     rule = (
         f"; stops at probe success >= {pol.sft_stop_success:g} and mixed share >= {pol.sft_stop_mixed:g}"
         if stop_rule
@@ -148,20 +135,10 @@ def warm_start_policy(
         f"{result.steps} steps: success "
         f"{final.get('mean_success', float('nan')):.3f}, mixed share {final.get('mixed_share', float('nan')):.3f}"
     )
-    if pol.require_jump and stop_rule and not result.stopped:
+    problem = _missing_jump(pol, result, final) if pol.require_jump else None
+    if problem is not None:
         publish()  # sft.json for the diagnosis; no policy, so nothing reuses it
-        raise WarmStartError(
-            f"the SFT warm start reached its cap of {pol.sft_steps} steps at probe success "
-            f"{final.get('mean_success', 0.0):.3f} / mixed share {final.get('mixed_share', 0.0):.3f}, short of "
-            f"the stop rule ({pol.sft_stop_success:g} / {pol.sft_stop_mixed:g}); raise policy.sft_steps, or "
-            "set policy.require_jump=false"
-        )
-    if pol.require_jump and final.get("mean_success", 0.0) <= 0.0:
-        publish()
-        raise WarmStartError(
-            "the SFT warm start ended without a single success on its probe prompts (no copy-learning jump); "
-            "raise policy.sft_steps or set policy.require_jump=false"
-        )
+        raise WarmStartError(problem)
     policy.save(tmp / "policy")
     cost: dict[str, int] = {}
     if rl_pool:  # the predictor needs outcomes on the RL pool, which the warm start never trained on
@@ -179,6 +156,46 @@ def warm_start_policy(
         save_probe_outcomes(tmp / "policy", probe, last["rewards"], step=result.steps, **cost)
     write_manifest(tmp / "policy", cfg, probe=bool(rl_pool))
     publish()
+
+
+def _sft_config(cfg: TrainConfig) -> Any:
+    """The warm start's `trace_rl.policy.sft.SFTConfig`: probes every ``policy.sft_eval_every`` steps under the
+    stop rule, else ``policy.sft_evals`` probes, the last on the last step."""
+    from trace_rl.policy.sft import SFTConfig
+
+    pol = cfg.policy
+    every = (
+        pol.sft_eval_every if pol.sft_stop_success > 0 else max(math.ceil(pol.sft_steps / pol.sft_evals), 1)
+    )
+    return SFTConfig(
+        steps=pol.sft_steps,
+        batch_size=pol.sft_batch,
+        lr=pol.sft_lr,
+        eval_every=every,
+        seed=cfg.seed,
+        min_steps=pol.sft_min_steps,
+        packing=cfg.optim.packing,  # the same loss up to rounding either way, like threads: not in the manifest
+        dtype=pol.sft_dtype,
+        compile=pol.sft_compile,  # the same loss up to rounding: not in the manifest (like packing)
+    )
+
+
+def _missing_jump(pol: Any, result: Any, final: dict[str, Any]) -> str | None:
+    """Why a warm start that must show the copy-learning jump (``policy.require_jump``) did not, or None: the
+    stop rule's cap reached first, or no success at all on the last probe."""
+    if pol.sft_stop_success > 0 and not result.stopped:
+        return (
+            f"the SFT warm start reached its cap of {pol.sft_steps} steps at probe success "
+            f"{final.get('mean_success', 0.0):.3f} / mixed share {final.get('mixed_share', 0.0):.3f}, short of "
+            f"the stop rule ({pol.sft_stop_success:g} / {pol.sft_stop_mixed:g}); raise policy.sft_steps, or "
+            "set policy.require_jump=false"
+        )
+    if final.get("mean_success", 0.0) <= 0.0:
+        return (
+            "the SFT warm start ended without a single success on its probe prompts (no copy-learning jump); "
+            "raise policy.sft_steps or set policy.require_jump=false"
+        )
+    return None
 
 
 def rollout_sampling(cfg: TrainConfig) -> Any:

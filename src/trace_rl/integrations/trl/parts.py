@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from trace_rl.advantages import advantage_level
+from trace_rl.spec import BudgetSpec, SamplingSpec, TraceSpec, UpdateSpec, resolve_estimator
 from trace_rl.tree import RolloutTree
 from trace_rl.types import Task
 
@@ -31,11 +32,14 @@ ESTIMATOR_NAMES = ("grpo", "tree_grpo", "treerpo")
 
 @dataclass(frozen=True)
 class TraceSettings:
-    """TRACE's knobs for the TRL adapters (defaults follow `trace-rl train`'s; glossary: docs/glossary.md).
+    """TRACE's knobs for the TRL adapters: the TRL-facing keys of `trace_rl.spec.TraceSpec` (their defaults
+    and meanings there, the same as `trace-rl train`'s; glossary: docs/glossary.md) and the adapter's own.
 
     Attributes:
         method: a `trace_rl.allocation.METHODS` name ("trace", or a baseline: "treepo", "trace_root_only", ...).
-        estimator: "tree_grpo" (default), "grpo" (leaf-level) or "treerpo" (node-level; one row per turn).
+        estimator: "auto" (default: `trace_rl.spec.resolve_estimator`, tree_grpo for the tree methods inside
+            GRPOTrainer, treerpo for math and QA tasks in TraceRolloutWorker), "grpo" (leaf-level), "tree_grpo" or
+            "treerpo" (node-level; one row per turn).
         continuations: N, replays per root rollout (a prompt with m_i roots gets a local budget of N m_i).
         replay_cost: rollout-equivalents per replay (paper: 0.5).
         min_rollouts, max_rollouts: bounds on m_i for active prompts (max None: no cap).
@@ -47,24 +51,24 @@ class TraceSettings:
         max_concurrency: episodes in flight at once. seed: seeds of sampling and allocation.
 
     Raises:
-        ValueError: an unknown method or estimator, or a value out of range.
+        ValueError: an unknown method or estimator, or a value out of range (`trace_rl.spec.SpecError`).
     """
 
-    method: str = "trace"
-    estimator: str = "tree_grpo"
-    continuations: int = 2
-    replay_cost: float = 0.5
-    min_rollouts: int = 2
-    max_rollouts: int | None = 8
-    max_turns: int = 4
-    max_new_tokens: int = 128
-    temperature: float = 1.0
-    top_p: float = 1.0
+    method: str = TraceSpec.method
+    estimator: str = UpdateSpec.estimator
+    continuations: int = BudgetSpec.continuations
+    replay_cost: float = BudgetSpec.replay_cost
+    min_rollouts: int = BudgetSpec.min_rollouts
+    max_rollouts: int | None = BudgetSpec.max_rollouts
+    max_turns: int = TraceSpec.max_turns
+    max_new_tokens: int = SamplingSpec.max_new_tokens
+    temperature: float = SamplingSpec.temperature
+    top_p: float = SamplingSpec.top_p
     predictor: str = "ngram"
     predictor_batch_size: int = 32
     predictor_updates: int | None = None
     render_tools: bool = True
-    max_concurrency: int = 64
+    max_concurrency: int = SamplingSpec.max_concurrency
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -77,19 +81,22 @@ class TraceSettings:
                 "trainer owns and checkpoints); the TRL adapter does not keep it yet: use trace-rl train, or "
                 "another method"
             )
-        if self.estimator not in ESTIMATOR_NAMES:
-            raise ValueError(
-                f"unknown estimator {self.estimator!r}; choose one of {', '.join(ESTIMATOR_NAMES)}"
-            )
-        if self.max_turns < 1 or self.max_new_tokens < 1 or self.max_concurrency < 1:
-            raise ValueError("max_turns, max_new_tokens and max_concurrency must be >= 1")
-        if not self.temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        self.spec  # noqa: B018 (building the spec checks every TRACE setting: SpecError, a ValueError)
         if self.predictor in STATE_NAMES:
             raise ValueError(
                 f"predictor {self.predictor!r} reads the policy's hidden states, which only trace-rl's own trainer "
                 "provides; pick another predictor (e.g. ngram+minilm) inside TRL"
             )
+
+    @property
+    def spec(self) -> TraceSpec:
+        """These settings as the `TraceSpec` the native step reads (the budget's M and n come with each step)."""
+        return TraceSpec.of(self, method=self.method, max_turns=self.max_turns)
+
+    def estimator_for(self, task: Task, *, node_level: bool = True) -> str:
+        """The estimator a tree of ``task`` trains with ("auto" resolved for its environment and the method;
+        ``node_level=False`` where the rows cannot be per turn: GRPOTrainer's fixed num_generations)."""
+        return resolve_estimator(self.estimator, self.method, task.env, node_level=node_level)
 
 
 def build_step_parts(
@@ -136,8 +143,7 @@ def build_step_parts(
         predictor=predictor,
         online=online,
         update_policy=update_policy,
-        max_turns=settings.max_turns,
-        max_concurrency=settings.max_concurrency,
+        spec=settings.spec,
     )
 
 

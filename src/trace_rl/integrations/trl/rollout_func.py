@@ -103,7 +103,7 @@ class TraceRolloutFunc:
                 f"trace_rollout_func supports the tree methods {', '.join(ROLLOUT_FUNC_METHODS)}, not {s.method!r} "
                 "(flat methods are plain GRPOTrainer; trace_fresh can return more rows than num_generations)"
             )
-        if s.estimator == "treerpo":
+        if s.estimator == "treerpo":  # "auto" resolves to a leaf-level estimator here (estimator_for)
             raise ValueError(
                 "trace_rollout_func cannot train TreeRPO: its per-turn advantages need one row per turn, which "
                 "GRPOTrainer's fixed num_generations cannot hold; use estimator 'tree_grpo' or 'grpo', or "
@@ -263,7 +263,7 @@ class TraceRolloutFunc:
                     result.fresh
                 )  # m_i (fresh rollouts bought by the budget excluded)
                 tree = result.tree
-                adv = tree_advantages(tree, self.settings.estimator)
+                adv = tree_advantages(tree, self.settings.estimator_for(task, node_level=False))
                 rows = tree_rows(tree, adv)
                 mean = float(np.mean([row.advantage for row in rows]))
                 if abs(mean) > MEAN_TOLERANCE:
@@ -319,7 +319,7 @@ def trace_rollout_func(
             `GRPOTrainer` too, so that generation always uses the weights being trained.
         env_factory: makes a fresh trace-rl environment (e.g. ``lambda: make_env("math_python")``).
         settings: TRACE's knobs (`TraceSettings`; method one of "trace", "treepo", "trace_root_only",
-            "trace_prefix_only"; estimator "tree_grpo" or "grpo").
+            "trace_prefix_only"; estimator "auto", resolved to tree_grpo here, "tree_grpo" or "grpo").
         root_budget: root rollouts per call over the P prompts of the slice (rounded down to a multiple of
             cap = floor(G / (1 + N))); None: P x cap (no prompt skipped for lack of budget).
         backend: a trace-rl generation backend; default `LocalEngine(policy)`.

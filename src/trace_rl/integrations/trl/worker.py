@@ -293,7 +293,7 @@ class TraceRolloutWorker:
             tree = result.tree
             if tree.num_leaves == 0:
                 continue
-            adv = tree_advantages(tree, self.settings.estimator)
+            adv = tree_advantages(tree, self.settings.estimator_for(result.task))
             prompt = [{"role": "user", "content": result.task.prompt}]
             for row in tree_rows(tree, adv):
                 n_prompt = row.prompt_ids.shape[0]

@@ -1,4 +1,5 @@
-"""The ``trace`` section of a verl config: TRACE's knobs, one source of defaults (docs/integrations.md)."""
+"""The ``trace`` section of a verl config: TRACE's knobs (docs/integrations.md), their defaults and checks those of
+`trace_rl.spec.TraceSpec`, the native trainer's and the TRL adapter's."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from trace_rl.allocation import units_per_rollout
+from trace_rl.spec import BudgetSpec, SamplingSpec, SpecError, TraceSpec
 
 VERL_METHODS = ("trace", "trace_root_only", "trace_fresh")  # the methods whose roots are allocate_roots
 
@@ -33,26 +34,28 @@ class TraceVerlConfig:
             "trace_root_only", "trace_fresh"); verl's roots always come from `allocate_roots`.
         accounting: "paper" (a replay costs replay_cost) or "token" (priced by its expected remaining tokens).
         replay_cost: rollout-equivalents per replay (paper: 0.5; used by token accounting and trace_fresh).
+        The keys shared with `trace_rl.spec.TraceSpec` (continuations, min/max_rollouts, max_turns,
+        max_new_tokens, method, accounting, replay_cost) take its defaults and are checked by it.
         record_dir: a folder where the trainer writes each step's plan, trees, advantages and predictor update
             (`trace_rl.integrations.verl.record`; `trace-rl verl-check` reads it); "" (default): nothing written.
     """
 
     root_budget: int = 0
-    continuations: int = 2
-    min_rollouts: int = 2
-    max_rollouts: int = 8
+    continuations: int = BudgetSpec.continuations
+    min_rollouts: int = BudgetSpec.min_rollouts
+    max_rollouts: int = BudgetSpec.max_rollouts  # type: ignore[assignment]  # the spec's default cap: an int
     max_active: int = 0
     candidate_pool: int = 0
     max_replays_per_anchor: int = 0
     env: str = "toy_arith"
-    max_turns: int = 4
+    max_turns: int = TraceSpec.max_turns
     max_context: int = 4096
-    max_new_tokens: int = 256
+    max_new_tokens: int = SamplingSpec.max_new_tokens
     predictor: str = "ngram"
     predictor_actor: str = "trace_predictor"
-    method: str = "trace"
-    accounting: str = "paper"
-    replay_cost: float = 0.5
+    method: str = TraceSpec.method
+    accounting: str = BudgetSpec.accounting
+    replay_cost: float = BudgetSpec.replay_cost
     record_dir: str = ""
 
     def __post_init__(self) -> None:
@@ -61,6 +64,10 @@ class TraceVerlConfig:
                 f"trace.method must be one of {list(VERL_METHODS)} (verl's roots come from allocate_roots); "
                 f"got {self.method!r}"
             )
+        try:
+            self.spec  # noqa: B018 (building the spec checks every TRACE setting)
+        except SpecError as exc:
+            raise ValueError(f"trace.{exc.key}: {exc.why}") from None
         from trace_rl.predictor.names import GROUP_NAMES, STATE_NAMES
 
         if self.predictor in STATE_NAMES:
@@ -73,31 +80,19 @@ class TraceVerlConfig:
                 f"trace.predictor {self.predictor!r} reads the sibling consensus of each prefix's tree, which the "
                 "verl adapter does not register with its predictor actor; pick another predictor, e.g. ngram+minilm"
             )
-        if self.accounting not in ("paper", "token"):
-            raise ValueError(f"trace.accounting must be 'paper' or 'token'; got {self.accounting!r}")
-        if not 0.0 < float(self.replay_cost) <= 1.0:
-            raise ValueError(f"trace.replay_cost must lie in (0, 1]; got {self.replay_cost}")
-        if self.accounting == "token" or self.method == "trace_fresh":
-            units_per_rollout(float(self.replay_cost))  # priced in integer units: the cost must be exact
         if self.max_replays_per_anchor and self.method == "trace_root_only":
             raise ValueError("trace.max_replays_per_anchor needs trace.method trace or trace_fresh")
-        for name in (
-            "root_budget",
-            "continuations",
-            "max_active",
-            "candidate_pool",
-            "max_replays_per_anchor",
-        ):
+        for name in ("root_budget", "max_active", "candidate_pool", "max_replays_per_anchor"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"trace.{name} must be >= 0, got {getattr(self, name)}")
-        if not 1 <= self.min_rollouts <= self.max_rollouts:
-            raise ValueError(
-                f"trace.min_rollouts ({self.min_rollouts}) and max_rollouts ({self.max_rollouts}) must satisfy "
-                "1 <= min <= max"
-            )
-        for name in ("max_turns", "max_context", "max_new_tokens"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"trace.{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_context < 1:
+            raise ValueError(f"trace.max_context must be >= 1, got {self.max_context}")
+
+    @property
+    def spec(self) -> TraceSpec:
+        """These settings as a `TraceSpec` (verl's estimator is its own ``algorithm.adv_estimator``; its M, n and
+        sampling but ``max_new_tokens`` come from verl's config)."""
+        return TraceSpec.of(self, method=self.method, max_turns=self.max_turns)
 
     @classmethod
     def from_verl(cls, config: Any) -> TraceVerlConfig:
