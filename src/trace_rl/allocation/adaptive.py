@@ -85,7 +85,8 @@ __all__ = [
 WINDOW_STEPS = 10
 """Steps of outcomes `AdaptiveState` keeps for the concentration fit and the flip rate."""
 MIN_WINDOW_PROMPTS = 24
-"""Fewest prompts in the window before kappa is fitted; `PRIOR_CONCENTRATION` is used until then."""
+"""Fewest prompts (with >= 2 trials) in the window before the calibration is fitted; until then the prior reading
+(`Calibration()`, which does not rank: GRPO's plan)."""
 PRIOR_FLIP_RATE = 0.25
 """Flips per replay assumed before any replay of the run was observed."""
 REEXPLORE_STEPS = 10

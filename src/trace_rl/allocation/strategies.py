@@ -122,9 +122,9 @@ def trace_roots(v: FloatArray, shape: BudgetShape, rng: np.random.Generator) -> 
 
 
 def adaptive_roots_once(v: FloatArray, shape: BudgetShape, rng: np.random.Generator) -> RootPlan:
-    """`trace_adaptive`'s root allocation from the prior state (no outcomes measured yet: kappa =
-    `PRIOR_CONCENTRATION`, flip rate `PRIOR_FLIP_RATE`), default coverage and GRPO's normalisation; the trainer
-    calls `adaptive_roots` with the run's `AdaptiveState` instead."""
+    """`trace_adaptive`'s root allocation from the prior state: no outcomes measured yet, so the ranking test
+    cannot pass and the plan is GRPO's (`adaptive_roots`); the trainer calls `adaptive_roots` with the run's
+    `AdaptiveState` instead."""
     return adaptive_roots(v, shape, rng, AdaptiveState())
 
 
